@@ -1,0 +1,308 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrNotObtained is returned by Lock and TryLock when the wait ran out. When
+	// the caller's context ended it is joined with ctx.Err().
+	ErrNotObtained = errors.New("lock: not obtained")
+	// ErrNotHeld is returned by Unlock for a hold that expired, was taken over
+	// or was already fully released (Redisson's IllegalMonitorStateException).
+	ErrNotHeld = errors.New("lock: not held")
+	// ErrLockLost is the cause of a hold's context when ownership was lost.
+	ErrLockLost = errors.New("lock: lost")
+	// ErrClosed is returned by a Client after Close.
+	ErrClosed = errors.New("lock: client closed")
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed reenter.lua
+	reenterSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed renew.lua
+	renewSrc string
+	//go:embed force.lua
+	forceSrc string
+
+	acquireScript = redis.NewScript(acquireSrc)
+	reenterScript = redis.NewScript(reenterSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	renewScript   = redis.NewScript(renewSrc)
+	forceScript   = redis.NewScript(forceSrc)
+)
+
+// latchTTL is how long a full release is remembered, so that a resend of the
+// same release call is answered "released" rather than "not held".
+const latchTTL = 10 * time.Second
+
+// compensateTimeout bounds the clean-up of an acquire whose outcome is unknown.
+const compensateTimeout = time.Second
+
+// Hooks receive what the lock observes, for metrics. Each func may be nil and
+// must be fast and safe for concurrent use.
+type Hooks struct {
+	// Renewed reports one watchdog script call: holds renewed, holds found lost,
+	// and the call's error (nil on success; then renewed+lost is the batch size).
+	Renewed func(renewed, lost int, err error)
+	// Lost reports a hold of the named lock whose ownership was lost.
+	Lost func(name string)
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithWatchdogTimeout sets the lease of watchdog holds (default 30s); it is
+// renewed every third of it. Values under 30ms are raised to 30ms.
+func WithWatchdogTimeout(d time.Duration) Option {
+	return func(c *Client) { c.watchdog = max(d, 30*time.Millisecond) }
+}
+
+// WithRenewBatchSize sets how many holds one renewal script call extends
+// (default 100). Values under 1 mean 1.
+func WithRenewBatchSize(n int) Option {
+	return func(c *Client) { c.batch = max(n, 1) }
+}
+
+// WithClientID sets the client id used in owner fields (default a random
+// UUID). Two live Clients must never share an id.
+func WithClientID(id string) Option {
+	return func(c *Client) { c.id = id }
+}
+
+// WithHooks sets the metric hooks.
+func WithHooks(h Hooks) Option {
+	return func(c *Client) { c.hooks = h }
+}
+
+// Client makes Mutexes that share one Redis connection pool, one watchdog and
+// one pub/sub subscription. Create one per process. It is safe for concurrent
+// use.
+type Client struct {
+	rdb      redis.UniversalClient
+	id       string
+	watchdog time.Duration
+	batch    int
+	hooks    Hooks
+	cluster  bool
+	epoch    time.Time // monotonic base of lease deadlines
+
+	seq atomic.Int64
+
+	mu        sync.Mutex
+	closed    bool
+	closeCh   chan struct{}
+	queues    map[string]*queue    // by lock name
+	channels  map[string]*queue    // by unlock channel
+	leases    map[*lease]struct{}  // every live hold chain
+	wdRunning bool
+	wdWake    chan struct{}
+	wg        sync.WaitGroup
+
+	sub subscriber
+}
+
+// New returns a Client on rdb, which may be a *redis.Client, a
+// *redis.ClusterClient or a Sentinel failover client. The Client does not own
+// rdb: Close leaves it open.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{
+		rdb:      rdb,
+		id:       uuid.NewString(),
+		watchdog: 30 * time.Second,
+		batch:    100,
+		epoch:    time.Now(),
+		closeCh:  make(chan struct{}),
+		queues:   make(map[string]*queue),
+		channels: make(map[string]*queue),
+		leases:   make(map[*lease]struct{}),
+		wdWake:   make(chan struct{}, 1),
+	}
+	_, c.cluster = rdb.(*redis.ClusterClient)
+	for _, o := range opts {
+		o(c)
+	}
+	c.sub.c = c
+	return c
+}
+
+// ID returns the client id that prefixes this Client's owner fields.
+func (c *Client) ID() string { return c.id }
+
+// Close stops the watchdog and the pub/sub subscription. Locks still held are
+// not released: their leases lapse within one watchdog timeout, and their hold
+// contexts are cancelled with ErrLockLost now, since nothing renews them any
+// more. Waiting Lock calls return ErrClosed. Close is idempotent; it returns nil.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.closeCh)
+	leases := make([]*lease, 0, len(c.leases))
+	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	for _, l := range leases {
+		l.lose()
+	}
+	c.sub.close()
+	c.wg.Wait()
+	return nil
+}
+
+// Mutex returns the lock called name. Mutex values are cheap; any number may
+// exist for one name, and they all name the same lock.
+func (c *Client) Mutex(name string) *Mutex {
+	return &Mutex{
+		c:       c,
+		name:    name,
+		token:   prefixed("redisson_lock_token", name),
+		channel: prefixed("redisson_lock__channel", name),
+	}
+}
+
+func (c *Client) nextOwner() string {
+	return c.id + ":" + strconv.FormatInt(c.seq.Add(1), 10)
+}
+
+// now is the monotonic time since the Client's epoch.
+func (c *Client) now() time.Duration { return time.Since(c.epoch) }
+
+// register tracks a live lease and starts the watchdog when it needs one.
+func (c *Client) register(l *lease) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.leases[l] = struct{}{}
+	if l.watchdog && !c.wdRunning {
+		c.wdRunning = true
+		c.wg.Add(1)
+		go c.watchdogLoop()
+	}
+	return nil
+}
+
+func (c *Client) unregister(l *lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	empty := len(c.leases) == 0
+	c.mu.Unlock()
+	if empty {
+		select {
+		case c.wdWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watchdogLoop renews every watchdog lease each third of the timeout. It
+// exits when no lease needs it or on Close.
+func (c *Client) watchdogLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.watchdog / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closeCh:
+			return
+		case <-c.wdWake:
+		case <-t.C:
+			c.renewAll()
+		}
+		c.mu.Lock()
+		idle := true
+		for l := range c.leases {
+			if l.watchdog {
+				idle = false
+				break
+			}
+		}
+		if idle || c.closed {
+			c.wdRunning = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+}
+
+// renewAll extends every watchdog lease, one script call per batch of holds
+// in one hash slot. A failing batch does not stop the others.
+func (c *Client) renewAll() {
+	c.mu.Lock()
+	groups := make(map[int][]*lease)
+	for l := range c.leases {
+		if !l.watchdog {
+			continue
+		}
+		s := 0
+		if c.cluster {
+			s = slot(l.name)
+		}
+		groups[s] = append(groups[s], l)
+	}
+	c.mu.Unlock()
+	for _, g := range groups {
+		for len(g) > 0 {
+			n := min(len(g), c.batch)
+			c.renewBatch(g[:n])
+			g = g[n:]
+		}
+	}
+}
+
+func (c *Client) renewBatch(ls []*lease) {
+	keys := make([]string, len(ls))
+	args := make([]any, len(ls)+1)
+	args[0] = c.watchdog.Milliseconds()
+	for i, l := range ls {
+		keys[i] = l.name
+		args[i+1] = l.owner
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.watchdog/3)
+	defer cancel()
+	sent := c.now()
+	res, err := renewScript.Run(ctx, c.rdb, keys, args...).Int64Slice()
+	if err == nil && len(res) != len(ls) {
+		err = fmt.Errorf("lock: renew: %d replies for %d holds", len(res), len(ls))
+	}
+	if err != nil {
+		if c.hooks.Renewed != nil {
+			c.hooks.Renewed(0, 0, err)
+		}
+		return // each lease's own deadline decides when it is lost
+	}
+	renewed, lost := 0, 0
+	for i, l := range ls {
+		if res[i] == 1 {
+			if l.extend(sent) {
+				renewed++
+			}
+		} else if l.lose() {
+			lost++
+		}
+	}
+	if c.hooks.Renewed != nil {
+		c.hooks.Renewed(renewed, lost, nil)
+	}
+}

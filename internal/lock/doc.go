@@ -1,0 +1,50 @@
+// Package lock is a reentrant distributed lock on Redis with a watchdog, wire
+// compatible with Redisson's RLock, for go-redis v9.
+//
+// # Protocol
+//
+// A lock is a Redis hash named after the lock. Its one field is the owner,
+// "<clientID>:<holdID>" (a UUID per [Client], a positive integer per
+// acquisition chain), and its value the reentrancy count. The key's TTL is the
+// lease, set with PEXPIRE in milliseconds. A full release deletes the key and
+// publishes "0" on "redisson_lock__channel:{<name>}", which wakes waiters; a
+// fresh acquire INCRs "redisson_lock_token:{<name>}", the fencing token. A Java
+// service using Redisson and a Go service using this package exclude each other
+// on the same name. All keys of one lock share one hash slot, every key a
+// script touches is passed in KEYS, and scripts run by EVALSHA with an EVAL
+// fallback after NOSCRIPT.
+//
+// # Guarantees
+//
+//   - Ownership lives in the context: [Hold.Context] carries it, so
+//     m.Lock(h.Context()) re-enters, and so does any goroutine handed that
+//     context. Two goroutines sharing a *Mutex but not a hold context exclude
+//     each other.
+//   - Watchdog mode (the default) renews every held lease every third of the
+//     watchdog timeout, many holds per script call. A fixed lease is never
+//     renewed.
+//   - A hold that is lost (key deleted or taken over, lease lapsed while the
+//     process was paused, Redis unreachable past the last confirmed expiry) is
+//     reported: [Hold.Context] is cancelled with cause [ErrLockLost]. Its Err
+//     method checks a local deadline on the monotonic clock, so a process
+//     resumed after a pause sees the loss before its next step.
+//   - Every script is safe to reach Redis twice (go-redis retries on network
+//     errors): acquire, re-entry and release are compare-and-set operations,
+//     and an acquire whose outcome is unknown (timeout, cancelled context) is
+//     undone before the error is returned.
+//   - Waiters sleep on one shared pub/sub connection per Client, ref-counted per
+//     lock name and closed when no one waits. Waiters of one Client are served
+//     in arrival order: only the oldest one contends in Redis, and a goroutine
+//     that just released goes to the back of the line.
+//
+// # What a Redis lock cannot promise
+//
+// No lease-based lock gives mutual exclusion under every fault. A process
+// paused past its lease (GC, SIGSTOP, a VM migration) may still be executing a
+// step it started before the pause; a Redis failover can lose a lock that the
+// old master granted but never replicated; clocks on the Redis host can jump.
+// In all of these two holders can exist for a while. Use the lock to keep
+// contention off the database, never as the only guard of an invariant: make
+// the protected write conditional (a versioned UPDATE, or a check of
+// [Hold.Fence] against the last token the store accepted).
+package lock

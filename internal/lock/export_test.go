@@ -1,0 +1,18 @@
+package lock
+
+// ScriptKind names the script that a EVAL or EVALSHA argument (source or
+// SHA1) belongs to, or "" when it is none of ours.
+func ScriptKind(arg string) string {
+	for kind, s := range map[string]*struct{ src, sha string }{
+		"acquire": {acquireSrc, acquireScript.Hash()},
+		"reenter": {reenterSrc, reenterScript.Hash()},
+		"release": {releaseSrc, releaseScript.Hash()},
+		"renew":   {renewSrc, renewScript.Hash()},
+		"force":   {forceSrc, forceScript.Hash()},
+	} {
+		if arg == s.src || arg == s.sha {
+			return kind
+		}
+	}
+	return ""
+}

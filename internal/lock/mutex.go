@@ -1,0 +1,284 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mutex is a named lock (Redisson's RLock). It holds no state of its own:
+// ownership is in the context of a Hold, so goroutines sharing one *Mutex but
+// not a hold context exclude each other. It is safe for concurrent use.
+type Mutex struct {
+	c       *Client
+	name    string
+	token   string
+	channel string
+}
+
+// Name returns the lock name (the Redis key of the lock hash).
+func (m *Mutex) Name() string { return m.name }
+
+// Lock waits until it holds the lock, with a watchdog lease, or until ctx ends.
+// When ctx carries a live hold of this lock (a hold's Context, or a context
+// derived from it) Lock re-enters it instead. It returns ErrNotObtained joined
+// with ctx.Err() when ctx ended first, ErrClosed after Client.Close, and a
+// wrapped Redis error when Redis could not be asked.
+func (m *Mutex) Lock(ctx context.Context) (*Hold, error) {
+	return m.acquire(ctx, -1, 0)
+}
+
+// TryLock is Lock with a bound on the wait and an optional fixed lease. wait
+// == 0 makes one attempt; wait < 0 waits as long as ctx allows. lease <= 0
+// means a watchdog lease; lease > 0 sets a fixed lease that is never renewed,
+// after which the lock lapses even if not unlocked (Redisson's rule); on
+// re-entry the chain's lease applies. It returns ErrNotObtained when the wait
+// ran out, plus the errors of Lock.
+func (m *Mutex) TryLock(ctx context.Context, wait, leaseDur time.Duration) (*Hold, error) {
+	return m.acquire(ctx, wait, leaseDur)
+}
+
+// State reports whether the lock is held by anyone and its remaining TTL
+// (-1 when the key has no TTL). It returns a wrapped Redis error on failure.
+func (m *Mutex) State(ctx context.Context) (locked bool, ttl time.Duration, err error) {
+	d, err := m.c.rdb.PTTL(ctx, m.name).Result()
+	if err != nil {
+		return false, 0, fmt.Errorf("lock: state %q: %w", m.name, err)
+	}
+	if d == -2 || d == -2*time.Millisecond {
+		return false, 0, nil
+	}
+	return true, d, nil
+}
+
+// ForceUnlock deletes the lock whoever holds it and wakes its waiters. It
+// reports whether a lock was held. The holder's context is cancelled with
+// ErrLockLost at its next renewal (or its deadline, for a fixed lease).
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	n, err := forceScript.Run(ctx, m.c.rdb, []string{m.name, m.channel}).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lock: force unlock %q: %w", m.name, err)
+	}
+	return n == 1, nil
+}
+
+func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
+	for l, _ := ctx.Value(leaseKey{}).(*lease); l != nil; l = l.parent {
+		if l.c == m.c && l.name == m.name {
+			return l.reenter(ctx)
+		}
+	}
+	c := m.c
+	owner := c.nextOwner()
+	dur, watchdog := leaseDur, false
+	if dur <= 0 {
+		dur, watchdog = c.watchdog, true
+	}
+	if wait == 0 {
+		h, _, err := m.attempt(ctx, owner, dur, watchdog)
+		if err == nil && h == nil {
+			err = ErrNotObtained
+		}
+		return h, err
+	}
+
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// sleep waits for d (capped by the wait), a poke on wake, ctx or Close.
+	sleep := func(d time.Duration, wake <-chan struct{}) error {
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return ErrNotObtained
+			}
+			d = min(d, left)
+		}
+		timer.Reset(d)
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return errors.Join(ErrNotObtained, ctx.Err())
+		case <-c.closeCh:
+			return ErrClosed
+		}
+		return nil
+	}
+
+	q, w, err := c.enqueue(m)
+	if err != nil {
+		return nil, err
+	}
+	defer c.dequeue(q, w)
+	// Wait for our turn: only the oldest waiter of this Client contends in Redis.
+	for !w.head {
+		if err := sleep(time.Hour, w.turn); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		w.head = q.waiters[0] == w
+		c.mu.Unlock()
+	}
+	for {
+		h, pttl, err := m.attempt(ctx, owner, dur, watchdog)
+		if err != nil || h != nil {
+			return h, err
+		}
+		c.subscribe(q)
+		switch {
+		case pttl < 0: // no TTL on the key (not our protocol): look again now and then
+			pttl = time.Second
+		case pttl == 0:
+			pttl = time.Millisecond
+		}
+		if err := sleep(pttl, q.wake); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// attempt runs the acquire script once. It returns a hold when acquired, the
+// holder's PTTL when busy, or an error. An attempt whose reply was lost or
+// unreadable is undone, so an error never leaves a hold behind.
+func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, watchdog bool) (*Hold, time.Duration, error) {
+	c := m.c
+	sent := c.now()
+	res, err := acquireScript.Run(ctx, c.rdb, []string{m.name, m.token}, dur.Milliseconds(), owner).Result()
+	var fence int64
+	if err == nil {
+		switch v := res.(type) {
+		case int64:
+			return nil, time.Duration(v) * time.Millisecond, nil
+		case []any:
+			if len(v) == 1 {
+				if f, ok := v[0].(int64); ok {
+					fence = f
+					break
+				}
+			}
+			err = fmt.Errorf("unexpected reply %v", res)
+		default:
+			err = fmt.Errorf("unexpected reply %T %v", res, res)
+		}
+	}
+	if err != nil {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+		m.releaseCall(uctx, owner, 1, dur)
+		cancel()
+		return nil, 0, acquireErr(ctx, m.name, err)
+	}
+	l := newLease(m, ctx, owner, fence, dur, watchdog, sent)
+	if err := c.register(l); err != nil {
+		l.end(stateLost)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+		m.releaseCall(uctx, owner, 1, dur)
+		cancel()
+		return nil, 0, err
+	}
+	return &Hold{l: l}, 0, nil
+}
+
+func acquireErr(ctx context.Context, name string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return errors.Join(ErrNotObtained, ctxErr)
+	}
+	return fmt.Errorf("lock: acquire %q: %w", name, err)
+}
+
+// releaseCall runs the release script for owner, expecting count want.
+func (m *Mutex) releaseCall(ctx context.Context, owner string, want int64, dur time.Duration) (int64, error) {
+	keys := []string{m.name, m.channel, prefixed("redisson_unlock_latch", m.name) + ":" + owner}
+	return releaseScript.Run(ctx, m.c.rdb, keys, dur.Milliseconds(), owner, want, latchTTL.Milliseconds()).Int64()
+}
+
+// queue is the line of one Client's waiters for one lock name.
+type queue struct {
+	m          *Mutex
+	waiters    []*waiter
+	wake       chan struct{} // pokes the head: an unlock was published, or the subscription is live
+	subscribed bool
+}
+
+type waiter struct {
+	turn chan struct{} // closed when this waiter becomes the head
+	head bool
+}
+
+func (c *Client) enqueue(m *Mutex) (*queue, *waiter, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil, ErrClosed
+	}
+	q := c.queues[m.name]
+	if q == nil {
+		q = &queue{m: m, wake: make(chan struct{}, 1)}
+		c.queues[m.name] = q
+		c.channels[m.channel] = q
+	}
+	w := &waiter{head: len(q.waiters) == 0}
+	if !w.head {
+		w.turn = make(chan struct{})
+	}
+	q.waiters = append(q.waiters, w)
+	return q, w, nil
+}
+
+func (c *Client) dequeue(q *queue, w *waiter) {
+	c.mu.Lock()
+	for i, x := range q.waiters {
+		if x == w {
+			copy(q.waiters[i:], q.waiters[i+1:])
+			q.waiters[len(q.waiters)-1] = nil
+			q.waiters = q.waiters[:len(q.waiters)-1]
+			if i == 0 && len(q.waiters) > 0 {
+				close(q.waiters[0].turn)
+			}
+			break
+		}
+	}
+	unsub := false
+	if len(q.waiters) == 0 {
+		delete(c.queues, q.m.name)
+		delete(c.channels, q.m.channel)
+		unsub = q.subscribed
+		q.subscribed = false
+	}
+	c.mu.Unlock()
+	if unsub {
+		c.sub.unsubscribe(q.m.channel)
+	}
+}
+
+// subscribe makes sure the queue's unlock channel is subscribed.
+func (c *Client) subscribe(q *queue) {
+	c.mu.Lock()
+	if q.subscribed || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	q.subscribed = true
+	c.mu.Unlock()
+	c.sub.subscribe(q.m.channel)
+}
+
+// poke wakes the head waiter of the queue on channel, if any.
+func (c *Client) poke(channel string) {
+	c.mu.Lock()
+	q := c.channels[channel]
+	c.mu.Unlock()
+	if q != nil {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+}
