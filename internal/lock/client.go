@@ -106,9 +106,9 @@ type Client struct {
 	mu        sync.Mutex
 	closed    bool
 	closeCh   chan struct{}
-	queues    map[string]*queue    // by lock name
-	channels  map[string]*queue    // by unlock channel
-	leases    map[*lease]struct{}  // every live hold chain
+	queues    map[string]*queue   // by lock name
+	channels  map[string]*queue   // by unlock channel
+	leases    map[*lease]struct{} // every live hold chain
 	wdRunning bool
 	wdWake    chan struct{}
 	wg        sync.WaitGroup

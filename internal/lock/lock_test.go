@@ -729,7 +729,7 @@ func TestRenewalBatching(t *testing.T) {
 	for i := 0; i < 249; i++ {
 		holds = append(holds, must(c.Mutex(fmt.Sprintf("%s:%d", prefix, i)).Lock(ctx)))
 	}
-	poison := must(c.Mutex(prefix+":poison").Lock(ctx))
+	poison := must(c.Mutex(prefix + ":poison").Lock(ctx))
 	before := counter.n.Load()
 	time.Sleep(1500 * time.Millisecond) // 4 or 5 renewal periods of 300ms, and the poison batch's lease lapses
 	calls := counter.n.Load() - before

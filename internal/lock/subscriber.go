@@ -12,9 +12,9 @@ import (
 // a channel is subscribed while a queue of waiters needs it, and the
 // connection is closed when no channel is left.
 type subscriber struct {
-	c    *Client
-	mu   sync.Mutex // serializes SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in order
-	ps   *redis.PubSub
+	c      *Client
+	mu     sync.Mutex // serializes SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in order
+	ps     *redis.PubSub
 	refs   map[string]int
 	closed bool
 }
