@@ -21,3 +21,12 @@ run: build
 ## bench: lock benchmarks side by side with bsm/redislock and redsync (separate module)
 bench:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m .
+
+## k6-check: type-check the k6 scripts against @types/k6 (no k6 needed)
+## compose-check: validate docker-compose.yml, loadtest/nginx.conf and the Dockerfile without Docker
+.PHONY: k6-check compose-check
+k6-check:
+	cd loadtest/k6 && npm ci --no-audit --no-fund && npm run check
+
+compose-check:
+	cd loadtest/composecheck && $(GO) test -count=1 ./...

@@ -1,0 +1,414 @@
+package composecheck
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+const (
+	root        = "../.."
+	composeFile = root + "/docker-compose.yml"
+)
+
+var replicas = []string{"stock1", "stock2", "stock3"}
+
+// loadProject loads docker-compose.yml the way `docker compose` does (schema
+// validation, interpolation, merge keys, profiles), with env as the whole
+// environment so the developer's shell cannot change the result.
+func loadProject(t testing.TB, env map[string]string, profiles ...string) *types.Project {
+	t.Helper()
+	abs, err := filepath.Abs(composeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details := types.ConfigDetails{
+		WorkingDir:  filepath.Dir(abs),
+		ConfigFiles: []types.ConfigFile{{Filename: abs}},
+		Environment: types.Mapping(env),
+	}
+	p, err := loader.LoadWithContext(context.Background(), details, loader.WithProfiles(profiles))
+	if err != nil {
+		t.Fatalf("load %s with profiles %v: %v", composeFile, profiles, err)
+	}
+	return p
+}
+
+func service(t testing.TB, p *types.Project, name string) types.ServiceConfig {
+	t.Helper()
+	s, ok := p.Services[name]
+	if !ok {
+		t.Fatalf("service %q missing; have %v", name, p.ServiceNames())
+	}
+	return s
+}
+
+func env(t testing.TB, s types.ServiceConfig, key string) string {
+	t.Helper()
+	v, ok := s.Environment[key]
+	if !ok || v == nil {
+		t.Fatalf("service %s: environment %s not set", s.Name, key)
+	}
+	return *v
+}
+
+func TestServices(t *testing.T) {
+	p := loadProject(t, nil, "loadtest")
+	for _, name := range append([]string{"mysql", "redis", "migrate", "nginx", "k6"}, replicas...) {
+		service(t, p, name)
+	}
+	if p.Name != "seckill" {
+		t.Errorf("project name = %q; want %q", p.Name, "seckill")
+	}
+}
+
+func TestK6OnlyInLoadtestProfile(t *testing.T) {
+	p := loadProject(t, nil)
+	if _, ok := p.Services["k6"]; ok {
+		t.Errorf("k6 is active without --profile loadtest; `docker compose up` would start a load test")
+	}
+	if _, ok := p.DisabledServices["k6"]; !ok {
+		t.Errorf("k6 not among the disabled services without its profile: %v", p.ServiceNames())
+	}
+	for _, name := range append([]string{"mysql", "redis", "migrate", "nginx"}, replicas...) {
+		service(t, p, name)
+	}
+}
+
+func TestHealthchecks(t *testing.T) {
+	p := loadProject(t, nil, "loadtest")
+	for _, tc := range []struct{ service, want string }{
+		{"mysql", "mysqladmin ping -h 127.0.0.1"},
+		{"redis", "redis-cli ping"},
+		{"stock1", "/readyz"},
+		{"stock2", "/readyz"},
+		{"stock3", "/readyz"},
+		{"nginx", "/healthz"},
+	} {
+		hc := service(t, p, tc.service).HealthCheck
+		if hc == nil || hc.Disable || len(hc.Test) < 2 {
+			t.Errorf("%s: healthcheck %+v; want a test running %q", tc.service, hc, tc.want)
+			continue
+		}
+		if kind := hc.Test[0]; kind != "CMD" && kind != "CMD-SHELL" {
+			t.Errorf("%s: healthcheck test kind %q; want CMD or CMD-SHELL", tc.service, kind)
+		}
+		if cmd := strings.Join(hc.Test[1:], " "); !strings.Contains(cmd, tc.want) {
+			t.Errorf("%s: healthcheck runs %q; want it to contain %q", tc.service, cmd, tc.want)
+		}
+		if hc.Interval == nil || hc.Retries == nil || *hc.Retries == 0 {
+			t.Errorf("%s: healthcheck needs interval and retries, got interval %v retries %v", tc.service, hc.Interval, hc.Retries)
+		}
+	}
+	// The one-shot migrate inherits the replicas' template but must not wait
+	// for an HTTP server it never starts.
+	if hc := service(t, p, "migrate").HealthCheck; hc != nil && !hc.Disable {
+		t.Errorf("migrate: healthcheck %+v; want none or disabled", hc)
+	}
+}
+
+func wantDep(t *testing.T, p *types.Project, from, to, condition string) {
+	t.Helper()
+	dep, ok := service(t, p, from).DependsOn[to]
+	if !ok {
+		t.Errorf("%s does not depend on %s", from, to)
+		return
+	}
+	if dep.Condition != condition {
+		t.Errorf("%s depends on %s with condition %q; want %q", from, to, dep.Condition, condition)
+	}
+}
+
+func TestDependencies(t *testing.T) {
+	p := loadProject(t, nil, "loadtest")
+	wantDep(t, p, "migrate", "mysql", types.ServiceConditionHealthy)
+	for _, r := range replicas {
+		wantDep(t, p, r, "migrate", types.ServiceConditionCompletedSuccessfully)
+		wantDep(t, p, r, "mysql", types.ServiceConditionHealthy)
+		wantDep(t, p, r, "redis", types.ServiceConditionHealthy)
+		wantDep(t, p, "nginx", r, types.ServiceConditionHealthy)
+	}
+	wantDep(t, p, "k6", "nginx", types.ServiceConditionHealthy)
+}
+
+func TestStockImage(t *testing.T) {
+	p := loadProject(t, nil, "loadtest")
+	migrate := service(t, p, "migrate")
+	if got, want := []string(migrate.Command), []string{"migrate"}; !slices.Equal(got, want) {
+		t.Errorf("migrate command = %q; want %q", got, want)
+	}
+	if migrate.Restart != "no" && migrate.Restart != "" {
+		t.Errorf("migrate restart = %q; a one-shot must not restart", migrate.Restart)
+	}
+	for _, name := range append([]string{"migrate"}, replicas...) {
+		s := service(t, p, name)
+		if s.Build == nil {
+			t.Errorf("%s: no build section; want the repo Dockerfile", name)
+			continue
+		}
+		rootAbs, _ := filepath.Abs(root)
+		if s.Build.Context != rootAbs {
+			t.Errorf("%s: build context %q; want the repo root %q", name, s.Build.Context, rootAbs)
+		}
+		if df := s.Build.Dockerfile; df != "Dockerfile" && df != "" {
+			t.Errorf("%s: dockerfile %q; want Dockerfile", name, df)
+		}
+		if s.Image != migrate.Image {
+			t.Errorf("%s: image %q; want the same image as migrate (%q)", name, s.Image, migrate.Image)
+		}
+		if len(s.Entrypoint) != 0 {
+			t.Errorf("%s: entrypoint overridden to %q; want the image's /stock", name, s.Entrypoint)
+		}
+	}
+	for _, r := range replicas {
+		if c := service(t, p, r).Command; len(c) != 0 && !slices.Equal([]string(c), []string{"serve"}) {
+			t.Errorf("%s: command %q; want the image default (serve)", r, c)
+		}
+	}
+}
+
+func TestStockEnvironment(t *testing.T) {
+	p := loadProject(t, nil, "loadtest")
+	k6Token := env(t, service(t, p, "k6"), "ADMIN_TOKEN")
+	for _, name := range append([]string{"migrate"}, replicas...) {
+		s := service(t, p, name)
+		dsn := env(t, s, "STOCK_MYSQL_DSN")
+		if !strings.Contains(dsn, "@tcp(mysql:3306)/stock?") || !strings.Contains(dsn, "parseTime=true") {
+			t.Errorf("%s: STOCK_MYSQL_DSN %q; want @tcp(mysql:3306)/stock?parseTime=true", name, dsn)
+		}
+		if pw := env(t, service(t, p, "mysql"), "MYSQL_ROOT_PASSWORD"); !strings.HasPrefix(dsn, "root:"+pw+"@") {
+			t.Errorf("%s: STOCK_MYSQL_DSN %q does not use mysql's root password %q", name, dsn, pw)
+		}
+		if got := env(t, s, "STOCK_REDIS_ADDRS"); got != "redis:6379" {
+			t.Errorf("%s: STOCK_REDIS_ADDRS %q; want redis:6379", name, got)
+		}
+		tok := env(t, s, "STOCK_ADMIN_TOKEN")
+		if tok == "" || tok != k6Token {
+			t.Errorf("%s: STOCK_ADMIN_TOKEN %q; want non-empty and equal to k6's ADMIN_TOKEN %q", name, tok, k6Token)
+		}
+		if got := env(t, s, "STOCK_STRATEGY"); got != "lock+version" {
+			t.Errorf("%s: STOCK_STRATEGY %q by default; want lock+version", name, got)
+		}
+	}
+	if got := env(t, service(t, p, "mysql"), "MYSQL_DATABASE"); got != "stock" {
+		t.Errorf("mysql: MYSQL_DATABASE %q; want stock", got)
+	}
+}
+
+// The token and strategy come from the environment, and one variable feeds
+// both the replicas and k6, so they cannot drift apart.
+func TestEnvironmentOverrides(t *testing.T) {
+	p := loadProject(t, map[string]string{
+		"STOCK_ADMIN_TOKEN":   "t0ken",
+		"STOCK_STRATEGY":      "conditional",
+		"MYSQL_ROOT_PASSWORD": "pw",
+	}, "loadtest")
+	if got := env(t, service(t, p, "k6"), "ADMIN_TOKEN"); got != "t0ken" {
+		t.Errorf("k6 ADMIN_TOKEN = %q; want t0ken", got)
+	}
+	for _, r := range replicas {
+		s := service(t, p, r)
+		if got := env(t, s, "STOCK_ADMIN_TOKEN"); got != "t0ken" {
+			t.Errorf("%s STOCK_ADMIN_TOKEN = %q; want t0ken", r, got)
+		}
+		if got := env(t, s, "STOCK_STRATEGY"); got != "conditional" {
+			t.Errorf("%s STOCK_STRATEGY = %q; want conditional", r, got)
+		}
+		if got := env(t, s, "STOCK_MYSQL_DSN"); !strings.HasPrefix(got, "root:pw@") {
+			t.Errorf("%s STOCK_MYSQL_DSN = %q; want the overridden password", r, got)
+		}
+	}
+}
+
+func TestK6(t *testing.T) {
+	p := loadProject(t, nil, "loadtest")
+	k6 := service(t, p, "k6")
+	if !slices.Equal(k6.Profiles, []string{"loadtest"}) {
+		t.Errorf("k6 profiles = %q; want [loadtest]", k6.Profiles)
+	}
+	if !strings.HasPrefix(k6.Image, "grafana/k6:") {
+		t.Errorf("k6 image = %q; want grafana/k6:<version>", k6.Image)
+	}
+	if got, want := []string(k6.Command), []string{"run", "/scripts/seckill.js"}; !slices.Equal(got, want) {
+		t.Errorf("k6 command = %q; want %q (the image's entrypoint is k6)", got, want)
+	}
+	if len(k6.Entrypoint) != 0 {
+		t.Errorf("k6 entrypoint overridden to %q; the image's is k6", k6.Entrypoint)
+	}
+	if got := env(t, k6, "BASE_URL"); got != "http://nginx:8080" {
+		t.Errorf("k6 BASE_URL = %q; want http://nginx:8080", got)
+	}
+	src := bindSource(t, k6, "/scripts")
+	want, _ := filepath.Abs(filepath.Join(root, "loadtest", "k6"))
+	if src != want {
+		t.Errorf("k6 mounts %q on /scripts; want %q", src, want)
+	}
+	if _, err := os.Stat(filepath.Join(src, "seckill.js")); err != nil {
+		t.Errorf("the script k6 runs is not there: %v", err)
+	}
+	// The summary must land in a mounted folder, or it dies with the container.
+	summary := env(t, k6, "SUMMARY")
+	bindSource(t, k6, filepath.Dir(summary))
+}
+
+func bindSource(t testing.TB, s types.ServiceConfig, target string) string {
+	t.Helper()
+	for _, v := range s.Volumes {
+		if v.Target == target {
+			if v.Type != types.VolumeTypeBind {
+				t.Fatalf("%s: volume on %s is %s; want a bind mount", s.Name, target, v.Type)
+			}
+			return v.Source
+		}
+	}
+	t.Fatalf("%s: nothing mounted on %s; volumes %+v", s.Name, target, s.Volumes)
+	return ""
+}
+
+func TestNginx(t *testing.T) {
+	p := loadProject(t, nil, "loadtest")
+	ngx := service(t, p, "nginx")
+	if !strings.HasPrefix(ngx.Image, "nginx:1.27") {
+		t.Errorf("nginx image = %q; want nginx:1.27-alpine", ngx.Image)
+	}
+	published := false
+	for _, port := range ngx.Ports {
+		if port.Target == 8080 && port.Published == "8080" {
+			published = true
+		}
+	}
+	if !published {
+		t.Errorf("nginx ports %+v; want 8080:8080", ngx.Ports)
+	}
+
+	// Parse the file the container actually mounts, not a guess of its path.
+	src := bindSource(t, ngx, "/etc/nginx/nginx.conf")
+	want, _ := filepath.Abs(filepath.Join(root, "loadtest", "nginx.conf"))
+	if src != want {
+		t.Errorf("nginx mounts %q; want %q", src, want)
+	}
+	text, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := ParseNginx(string(text))
+	if err != nil {
+		t.Fatalf("parse %s: %v", src, err)
+	}
+
+	ups := Find(conf, "upstream")
+	if len(ups) != 1 || len(ups[0].Args) != 1 {
+		t.Fatalf("nginx.conf: %d upstream blocks; want exactly one, named", len(ups))
+	}
+	up := ups[0]
+	var hosts []string
+	for _, d := range up.Block {
+		if d.Name != "server" {
+			continue
+		}
+		if len(d.Args) == 0 {
+			t.Fatalf("nginx.conf: upstream %s: server with no address", up.Args[0])
+		}
+		host, port, err := net.SplitHostPort(d.Args[0])
+		if err != nil {
+			t.Errorf("nginx.conf: upstream server %q: %v; want host:port", d.Args[0], err)
+			continue
+		}
+		hosts = append(hosts, host)
+		s, ok := p.Services[host]
+		if !ok {
+			t.Errorf("nginx.conf: upstream server %q is no compose service; services %v", host, p.ServiceNames())
+			continue
+		}
+		if addr := env(t, s, "STOCK_HTTP_ADDR"); !strings.HasSuffix(addr, ":"+port) {
+			t.Errorf("nginx.conf: upstream %s:%s, but the service listens on STOCK_HTTP_ADDR %q", host, port, addr)
+		}
+		if slices.Contains(d.Args[1:], "backup") || slices.Contains(d.Args[1:], "down") {
+			t.Errorf("nginx.conf: upstream server %s is %v; all replicas must take traffic", host, d.Args[1:])
+		}
+	}
+	slices.Sort(hosts)
+	if !slices.Equal(hosts, replicas) {
+		t.Errorf("nginx.conf upstream %s servers %q; want exactly the replicas %q", up.Args[0], hosts, replicas)
+	}
+
+	// Every location proxies to that upstream, on the published port.
+	passes := Find(conf, "proxy_pass")
+	if len(passes) == 0 {
+		t.Errorf("nginx.conf: no proxy_pass")
+	}
+	for _, d := range passes {
+		if len(d.Args) != 1 || d.Args[0] != "http://"+up.Args[0] {
+			t.Errorf("nginx.conf: proxy_pass %q; want http://%s", d.Args, up.Args[0])
+		}
+	}
+	listens := Find(conf, "listen")
+	if len(listens) == 0 || !slices.ContainsFunc(listens, func(d Directive) bool { return len(d.Args) > 0 && d.Args[0] == "8080" }) {
+		t.Errorf("nginx.conf: listen %+v; want 8080 (the published port)", listens)
+	}
+	// A POST must never be resent to a second replica by nginx.
+	for _, d := range Find(conf, "proxy_next_upstream") {
+		if slices.Contains(d.Args, "non_idempotent") {
+			t.Errorf("nginx.conf: proxy_next_upstream %v resends POSTs", d.Args)
+		}
+	}
+}
+
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	stages := regexp.MustCompile(`(?mi)^FROM\s+(\S+)`).FindAllStringSubmatch(text, -1)
+	if len(stages) < 2 || !strings.HasPrefix(stages[0][1], "golang:1.26") {
+		t.Errorf("Dockerfile stages %q; want a golang:1.26 build stage and a runtime stage", stages)
+	}
+	// Only the last stage's ENTRYPOINT and CMD count.
+	last := text[strings.LastIndex(strings.ToUpper(text), "\nFROM "):]
+	for _, want := range []string{`ENTRYPOINT ["/stock"]`, `CMD ["serve"]`} {
+		if !strings.Contains(last, want) {
+			t.Errorf("Dockerfile runtime stage lacks %s", want)
+		}
+	}
+	if !regexp.MustCompile(`CGO_ENABLED=0 go build .*\./cmd/stock`).MatchString(text) {
+		t.Errorf("Dockerfile does not build ./cmd/stock with CGO_ENABLED=0")
+	}
+}
+
+// .dockerignore must keep what `go build ./cmd/stock` needs in the context.
+func TestDockerignore(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, line)
+		}
+	}
+	for _, keep := range []string{"go.mod", "go.sum", "cmd", "cmd/stock", "internal", "migrations"} {
+		for _, pat := range patterns {
+			if strings.HasPrefix(pat, "!") {
+				continue
+			}
+			if ok, _ := filepath.Match(strings.TrimPrefix(pat, "/"), keep); ok || pat == "*" || pat == "**" {
+				t.Errorf(".dockerignore pattern %q excludes %s from the build context", pat, keep)
+			}
+		}
+	}
+	for _, want := range []string{".git", "**/node_modules"} {
+		if !slices.Contains(patterns, want) {
+			t.Errorf(".dockerignore lacks %q", want)
+		}
+	}
+}
