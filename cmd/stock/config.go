@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// config is every setting, parsed once from the STOCK_ environment.
+type config struct {
+	HTTPAddr      string
+	MySQLDSN      string
+	RedisAddrs    []string
+	RedisMaster   string
+	RedisPassword string
+	RedisDB       int
+	AdminToken    string
+	Strategy      service.Strategy
+	AllowUnsafe   bool
+	LockWait      time.Duration
+	LockLease     time.Duration
+	LockWatchdog  time.Duration
+	RejectOnRedis bool
+	LogLevel      slog.Level
+	LogJSON       bool
+	MaxQuantity   int
+	MaxBody       int64
+	ShutdownAfter time.Duration
+	// CriticalDelay pauses inside the critical section, before COMMIT. For
+	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
+	CriticalDelay time.Duration
+}
+
+func parseConfig(getenv func(string) string) (config, error) {
+	p := envParser{getenv: getenv}
+	c := config{
+		HTTPAddr:      p.str("STOCK_HTTP_ADDR", ":8080"),
+		MySQLDSN:      p.str("STOCK_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stock?parseTime=true"),
+		RedisAddrs:    strings.Split(p.str("STOCK_REDIS_ADDRS", "127.0.0.1:6379"), ","),
+		RedisMaster:   p.str("STOCK_REDIS_MASTER", ""),
+		RedisPassword: p.str("STOCK_REDIS_PASSWORD", ""),
+		RedisDB:       p.integer("STOCK_REDIS_DB", 0, 0, 1<<20),
+		AdminToken:    p.str("STOCK_ADMIN_TOKEN", ""),
+		AllowUnsafe:   p.boolean("STOCK_ALLOW_UNSAFE", false),
+		LockWait:      p.duration("STOCK_LOCK_WAIT", 2*time.Second, 0),
+		LockLease:     p.duration("STOCK_LOCK_LEASE", 0, 0),
+		LockWatchdog:  p.duration("STOCK_LOCK_WATCHDOG", 30*time.Second, 30*time.Millisecond),
+		MaxQuantity:   p.integer("STOCK_MAX_QUANTITY", 100, 1, 1_000_000),
+		MaxBody:       int64(p.integer("STOCK_MAX_BODY", 4096, 64, 1<<20)),
+		ShutdownAfter: p.duration("STOCK_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second),
+		CriticalDelay: p.duration("STOCK_TEST_CRITICAL_DELAY", 0, 0),
+	}
+	for i, a := range c.RedisAddrs {
+		c.RedisAddrs[i] = strings.TrimSpace(a)
+		if c.RedisAddrs[i] == "" {
+			p.fail("STOCK_REDIS_ADDRS", "an empty address in the list")
+		}
+	}
+	strategy, safe, err := service.ParseStrategy(p.str("STOCK_STRATEGY", string(service.StrategyLockVersion)))
+	if err != nil {
+		p.fail("STOCK_STRATEGY", fmt.Sprintf("%v; want one of %v", err, service.Strategies))
+	} else if !safe && !c.AllowUnsafe {
+		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", strategy))
+	}
+	c.Strategy = strategy
+	switch v := p.str("STOCK_ON_REDIS_DOWN", "db-only"); v {
+	case "db-only":
+	case "reject":
+		c.RejectOnRedis = true
+	default:
+		p.fail("STOCK_ON_REDIS_DOWN", fmt.Sprintf("%q; want db-only or reject", v))
+	}
+	switch v := strings.ToLower(p.str("STOCK_LOG_LEVEL", "info")); v {
+	case "debug":
+		c.LogLevel = slog.LevelDebug
+	case "info":
+		c.LogLevel = slog.LevelInfo
+	case "warn":
+		c.LogLevel = slog.LevelWarn
+	case "error":
+		c.LogLevel = slog.LevelError
+	default:
+		p.fail("STOCK_LOG_LEVEL", fmt.Sprintf("%q; want debug, info, warn or error", v))
+	}
+	switch v := p.str("STOCK_LOG_FORMAT", "json"); v {
+	case "json":
+		c.LogJSON = true
+	case "text":
+	default:
+		p.fail("STOCK_LOG_FORMAT", fmt.Sprintf("%q; want json or text", v))
+	}
+	return c, p.err
+}
+
+// envParser reads variables, keeping the first error, which names the variable.
+type envParser struct {
+	getenv func(string) string
+	err    error
+}
+
+func (p *envParser) fail(name, msg string) {
+	if p.err == nil {
+		p.err = fmt.Errorf("config: %s: %s", name, msg)
+	}
+}
+
+func (p *envParser) str(name, def string) string {
+	if v := p.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (p *envParser) integer(name string, def, lo, hi int) int {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		p.fail(name, fmt.Sprintf("%q is not an integer from %d to %d", v, lo, hi))
+		return def
+	}
+	return n
+}
+
+func (p *envParser) duration(name string, def, lo time.Duration) time.Duration {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	if v == "0" {
+		v = "0s"
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d != 0 && d < lo {
+		p.fail(name, fmt.Sprintf("%q is not a duration of at least %v (e.g. 2s, 500ms)", v, lo))
+		return def
+	}
+	return d
+}
+
+func (p *envParser) boolean(name string, def bool) bool {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		p.fail(name, fmt.Sprintf("%q is not a boolean (1, 0, true, false)", v))
+		return def
+	}
+	return b
+}

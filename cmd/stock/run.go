@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/handler"
+	"github.com/seckill/stock/internal/lock"
+	"github.com/seckill/stock/internal/metrics"
+	"github.com/seckill/stock/internal/repo"
+	"github.com/seckill/stock/internal/service"
+)
+
+const usage = `usage: stock [serve|migrate]
+
+  serve     run the HTTP API (the default)
+  migrate   create the database if needed and apply the migrations
+
+Configuration is read from STOCK_* environment variables; see README.md.`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 1 {
+		cmd = args[1]
+	}
+	if len(args) > 2 {
+		return fmt.Errorf("unexpected arguments %q\n%s", args[2:], usage)
+	}
+	cfg, err := parseConfig(getenv)
+	if err != nil {
+		return err
+	}
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var log *slog.Logger
+	if cfg.LogJSON {
+		log = slog.New(slog.NewJSONHandler(stderr, opts))
+	} else {
+		log = slog.New(slog.NewTextHandler(stderr, opts))
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, cfg, log, stdout)
+	case "migrate":
+		return migrate(ctx, cfg, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+}
+
+func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
+	if err := repo.EnsureDatabase(ctx, cfg.MySQLDSN); err != nil {
+		return err
+	}
+	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: 2})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	v, err := store.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "schema at version %d\n", v)
+	return nil
+}
+
+func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.CheckSchema(ctx); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:        cfg.RedisAddrs,
+		MasterName:   cfg.RedisMaster,
+		Password:     cfg.RedisPassword,
+		DB:           cfg.RedisDB,
+		DialTimeout:  500 * time.Millisecond,
+		ReadTimeout:  500 * time.Millisecond,
+		WriteTimeout: 500 * time.Millisecond,
+		PoolSize:     64,
+	})
+	defer rdb.Close()
+	locks := lock.New(rdb, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithHooks(lock.Hooks{
+		Renewed: m.Renewed,
+		Lost:    func(string) { m.Lock("lost", 0) },
+	}))
+	defer locks.Close()
+
+	if cfg.Strategy == service.StrategyNone || cfg.Strategy == service.StrategyLock {
+		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
+	}
+	svcCfg := service.Config{
+		Strategy:          cfg.Strategy,
+		LockWait:          cfg.LockWait,
+		LockLease:         cfg.LockLease,
+		RejectOnRedisDown: cfg.RejectOnRedis,
+		MaxQuantity:       cfg.MaxQuantity,
+	}
+	if d := cfg.CriticalDelay; d > 0 {
+		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
+		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
+	}
+	svc := service.New(svcCfg, store, service.RedisLocker{Client: locks}, log, m)
+
+	usesLock := cfg.Strategy == service.StrategyLock || cfg.Strategy == service.StrategyLockVersion
+	h := handler.New(handler.Config{
+		AdminToken: cfg.AdminToken,
+		MaxBody:    cfg.MaxBody,
+		Checks: []handler.Check{
+			{Name: "mysql", Required: true, Fn: store.Ping},
+			{Name: "redis", Required: usesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		},
+	}, svc, log, m, reg)
+
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on STOCK_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy)
+	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownAfter)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,60 @@
+package handler
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// decodeJSON reads the body strictly into v: application/json only, at most
+// maxBody bytes, no unknown fields, no trailing data.
+func decodeJSON(c *gin.Context, maxBody int64, v any) error {
+	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return errMediaType
+	}
+	if c.Request.ContentLength > maxBody {
+		return fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
+	}
+	return decodeStrict(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody), maxBody, v)
+}
+
+func decodeStrict(r io.Reader, maxBody int64, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyErr(err, maxBody)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return bodyErr(err, maxBody)
+		}
+		return fmt.Errorf("%w: trailing data after the JSON object", errMalformed)
+	}
+	return nil
+}
+
+func bodyErr(err error, maxBody int64) error {
+	var mbe *http.MaxBytesError
+	var ute *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &mbe):
+		return fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("%w: empty body", errMalformed)
+	case errors.As(err, &ute):
+		return fmt.Errorf("%w: field %q must be %s", errMalformed, ute.Field, ute.Type)
+	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: not valid JSON", errMalformed)
+	}
+	// Unknown fields and the like: encoding/json's message names the field.
+	return fmt.Errorf("%w: %s", errMalformed, err.Error())
+}
+
+func jsonEncoder(w io.Writer) *json.Encoder { return json.NewEncoder(w) }

@@ -1,0 +1,104 @@
+package handler
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+}
+
+// ProblemBase prefixes every problem type URI; the last segment is the stable kind.
+const ProblemBase = "https://stock.example/problems/"
+
+// Errors of the HTTP layer itself.
+var (
+	errMalformed      = errors.New("handler: malformed request body")
+	errTooLarge       = errors.New("handler: request body too large")
+	errMediaType      = errors.New("handler: unsupported media type")
+	errUnauthorized   = errors.New("handler: missing or wrong admin token")
+	errAdminDisabled  = errors.New("handler: admin API disabled (no STOCK_ADMIN_TOKEN)")
+	errRouteNotFound  = errors.New("handler: no such route")
+	errMethodNotAllow = errors.New("handler: method not allowed")
+)
+
+type kind struct {
+	err       error
+	status    int
+	kind      string
+	title     string
+	retry     bool // send Retry-After
+	showCause bool // the error text is safe and useful for the client
+}
+
+// problems is the one table from error to status and problem type. The first
+// match wins; anything unmatched is a 500 whose detail is logged, not sent.
+var problems = []kind{
+	{service.ErrInvalid, http.StatusBadRequest, "invalid-request", "The request is invalid", false, true},
+	{errMalformed, http.StatusBadRequest, "invalid-request", "The request is invalid", false, true},
+	{errTooLarge, http.StatusRequestEntityTooLarge, "body-too-large", "The request body is too large", false, true},
+	{errMediaType, http.StatusUnsupportedMediaType, "unsupported-media-type", "The body must be application/json", false, true},
+	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Admin token missing or wrong", false, false},
+	{errAdminDisabled, http.StatusForbidden, "admin-disabled", "The admin API is disabled", false, false},
+	{errRouteNotFound, http.StatusNotFound, "not-found", "No such resource", false, false},
+	{errMethodNotAllow, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", false, false},
+	{service.ErrUnknownSKU, http.StatusNotFound, "unknown-sku", "Unknown SKU", false, false},
+	{service.ErrOrderNotFound, http.StatusNotFound, "order-not-found", "No such order", false, false},
+	{service.ErrSoldOut, http.StatusConflict, "sold-out", "Sold out", false, false},
+	{service.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with a different request", false, false},
+	{service.ErrBusy, http.StatusTooManyRequests, "busy", "Too busy, retry later", true, false},
+	{service.ErrLockLost, http.StatusServiceUnavailable, "lock-lost", "The stock lock was lost; the order was not placed, retry with the same key", true, false},
+	{service.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "A dependency is unavailable, retry later", true, false},
+}
+
+var internalProblem = kind{nil, http.StatusInternalServerError, "internal", "Internal error", false, false}
+
+func classify(err error) kind {
+	for _, k := range problems {
+		if errors.Is(err, k.err) {
+			return k
+		}
+	}
+	return internalProblem
+}
+
+// problemMiddleware turns the error a handler attached with c.Error into a
+// problem response: the only place errors become HTTP statuses.
+func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		c.Next()
+		if len(c.Errors) == 0 || c.Writer.Written() {
+			return
+		}
+		err := c.Errors.Last().Err
+		k := classify(err)
+		p := Problem{Type: ProblemBase + k.kind, Title: k.title, Status: k.status, Instance: c.Request.URL.Path}
+		if k.showCause {
+			p.Detail = err.Error()
+		}
+		if k.status >= 500 {
+			log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "status", k.status, "err", err)
+		}
+		if k.retry {
+			c.Header("Retry-After", "1")
+		}
+		writeProblem(c, p)
+	}
+}
+
+func writeProblem(c *gin.Context, p Problem) {
+	c.Header("Content-Type", "application/problem+json")
+	c.Status(p.Status)
+	_ = jsonEncoder(c.Writer).Encode(p)
+}

@@ -1,0 +1,130 @@
+// Package metrics defines the Prometheus metrics of the stock service, on a
+// registry the caller creates (never the global one).
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds every collector. A nil *Metrics is valid and records nothing.
+type Metrics struct {
+	Requests        *prometheus.CounterVec   // route, method, status
+	RequestDuration *prometheus.HistogramVec // route, method
+	Orders          *prometheus.CounterVec   // result: created, replayed, sold_out, busy, rejected, lock_lost, error
+	LockWait        *prometheus.HistogramVec // result: acquired, timeout, error
+	LockHeld        prometheus.Histogram
+	LockResults     *prometheus.CounterVec // result: acquired, timeout, lost, error
+	Renewals        *prometheus.CounterVec // result: renewed, lost, failed
+	Conflicts       *prometheus.CounterVec // strategy: versioned UPDATE misses
+	DBOnly          prometheus.Counter     // orders placed through the DB-only path because Redis was down
+}
+
+// New registers the metrics on reg, with the Go and process collectors.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_http_requests_total", Help: "HTTP requests by route, method and status.",
+		}, []string{"route", "method", "status"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stock_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route", "method"}),
+		Orders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_orders_total", Help: "Order requests by result.",
+		}, []string{"result"}),
+		LockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stock_lock_wait_seconds", Help: "Time spent waiting for the SKU lock, by result.",
+			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"result"}),
+		LockHeld: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stock_lock_held_seconds", Help: "Time the SKU lock was held.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		LockResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_lock_results_total", Help: "SKU lock outcomes: acquired, timeout, lost, error.",
+		}, []string{"result"}),
+		Renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_lock_renewals_total", Help: "Watchdog renewals by result: renewed, lost (per hold), failed (per script call).",
+		}, []string{"result"}),
+		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_backstop_conflicts_total", Help: "Versioned UPDATEs that matched no row (0 under a healthy lock).",
+		}, []string{"strategy"}),
+		DBOnly: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stock_db_only_orders_total", Help: "Order attempts sent down the DB-only path because Redis was unreachable.",
+		}),
+	}
+	reg.MustRegister(m.Requests, m.RequestDuration, m.Orders, m.LockWait, m.LockHeld, m.LockResults,
+		m.Renewals, m.Conflicts, m.DBOnly,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{"created", "replayed", "sold_out", "busy", "rejected", "lock_lost", "error"} {
+		m.Orders.WithLabelValues(r)
+	}
+	for _, r := range []string{"acquired", "timeout", "lost", "error"} {
+		m.LockResults.WithLabelValues(r)
+	}
+	for _, r := range []string{"renewed", "lost", "failed"} {
+		m.Renewals.WithLabelValues(r)
+	}
+	return m
+}
+
+// Order counts one order request by result.
+func (m *Metrics) Order(result string) {
+	if m != nil {
+		m.Orders.WithLabelValues(result).Inc()
+	}
+}
+
+// Lock records one lock attempt: its wait and result.
+func (m *Metrics) Lock(result string, wait time.Duration) {
+	if m != nil {
+		m.LockResults.WithLabelValues(result).Inc()
+		if result != "lost" {
+			m.LockWait.WithLabelValues(result).Observe(wait.Seconds())
+		}
+	}
+}
+
+// Held records how long the lock was held.
+func (m *Metrics) Held(d time.Duration) {
+	if m != nil {
+		m.LockHeld.Observe(d.Seconds())
+	}
+}
+
+// Conflict counts one versioned UPDATE miss.
+func (m *Metrics) Conflict(strategy string) {
+	if m != nil {
+		m.Conflicts.WithLabelValues(strategy).Inc()
+	}
+}
+
+// DBOnlyOrder counts one order attempt on the DB-only path.
+func (m *Metrics) DBOnlyOrder() {
+	if m != nil {
+		m.DBOnly.Inc()
+	}
+}
+
+// Renewed records one watchdog renewal call.
+func (m *Metrics) Renewed(renewed, lost int, err error) {
+	if m == nil {
+		return
+	}
+	m.Renewals.WithLabelValues("renewed").Add(float64(renewed))
+	m.Renewals.WithLabelValues("lost").Add(float64(lost))
+	if err != nil {
+		m.Renewals.WithLabelValues("failed").Inc()
+	}
+}
+
+// Request records one HTTP request.
+func (m *Metrics) Request(route, method, status string, d time.Duration) {
+	if m != nil {
+		m.Requests.WithLabelValues(route, method, status).Inc()
+		m.RequestDuration.WithLabelValues(route, method).Observe(d.Seconds())
+	}
+}

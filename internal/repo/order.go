@@ -1,0 +1,183 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+type orderRow struct {
+	ID             int64
+	IdempotencyKey string
+	RequestHash    string
+	SKU            string `gorm:"column:sku"`
+	Quantity       int
+	Fence          sql.NullInt64
+	CreatedAt      time.Time
+}
+
+func (r orderRow) order() service.Order {
+	o := service.Order{ID: r.ID, Key: r.IdempotencyKey, SKU: r.SKU, Quantity: r.Quantity, CreatedAt: r.CreatedAt, RequestHash: r.RequestHash}
+	if r.Fence.Valid {
+		f := r.Fence.Int64
+		o.Fence = &f
+	}
+	return o
+}
+
+const orderCols = "id, idempotency_key, request_hash, sku, quantity, fence, created_at"
+
+// OrderByKey returns the order placed with an idempotency key, or
+// service.ErrOrderNotFound; other errors wrap service.ErrUnavailable.
+func (s *Store) OrderByKey(ctx context.Context, key string) (service.Order, error) {
+	return s.findOrder(ctx, "idempotency_key = ?", key)
+}
+
+// Order returns an order by id, or service.ErrOrderNotFound.
+func (s *Store) Order(ctx context.Context, id int64) (service.Order, error) {
+	return s.findOrder(ctx, "id = ?", id)
+}
+
+func (s *Store) findOrder(ctx context.Context, where string, arg any) (service.Order, error) {
+	var rows []orderRow
+	err := s.db.WithContext(ctx).Raw("SELECT "+orderCols+" FROM orders WHERE "+where, arg).Scan(&rows).Error
+	if err != nil {
+		return service.Order{}, translate(ctx, "find order", err)
+	}
+	if len(rows) == 0 {
+		return service.Order{}, service.ErrOrderNotFound
+	}
+	return rows[0].order(), nil
+}
+
+// Deduct places an order in one transaction, guarded as d.Write says. The
+// guarding UPDATE is the last statement before COMMIT, so a miss rolls back
+// the order and ledger rows with it. It returns service.ErrSoldOut,
+// service.ErrUnknownSKU, service.ErrConflict (versioned UPDATE matched no
+// row), service.ErrDuplicateKey, an error wrapping service.ErrUnavailable or
+// service.ErrBusy, or the error of d.BeforeCommit.
+func (s *Store) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
+	var o service.Order
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		o, err = deduct(tx, d)
+		if err != nil {
+			return err
+		}
+		if d.BeforeCommit != nil {
+			return d.BeforeCommit()
+		}
+		return nil
+	})
+	if err != nil {
+		if isServiceErr(err) {
+			return service.Order{}, err
+		}
+		return service.Order{}, translate(ctx, "deduct", err)
+	}
+	return o, nil
+}
+
+// isServiceErr reports an error the transaction body returned on purpose.
+func isServiceErr(err error) bool {
+	for _, e := range []error{service.ErrSoldOut, service.ErrUnknownSKU, service.ErrConflict, service.ErrDuplicateKey,
+		service.ErrLockLost, service.ErrUnavailable, service.ErrBusy} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+type stockRow struct {
+	Available int64
+	Sold      int64
+	Version   int64
+}
+
+func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
+	ctx := tx.Statement.Context
+	q := int64(d.Quantity)
+	var cur stockRow
+	if d.Write != service.WriteConditional {
+		read := "SELECT available, sold, version FROM stock WHERE sku = ?"
+		if d.Write == service.WriteForUpdate {
+			read += " FOR UPDATE"
+		}
+		var rows []stockRow
+		if err := tx.Raw(read, d.SKU).Scan(&rows).Error; err != nil {
+			return service.Order{}, translate(ctx, "read stock", err)
+		}
+		if len(rows) == 0 {
+			return service.Order{}, service.ErrUnknownSKU
+		}
+		cur = rows[0]
+		if cur.Available < q {
+			return service.Order{}, service.ErrSoldOut
+		}
+	}
+
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	row := orderRow{IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity, CreatedAt: now}
+	if d.Fence != nil {
+		row.Fence = sql.NullInt64{Int64: *d.Fence, Valid: true}
+	}
+	res := tx.Exec("INSERT INTO orders (idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+		row.IdempotencyKey, row.RequestHash, row.SKU, row.Quantity, row.Fence, row.CreatedAt)
+	if res.Error != nil {
+		return service.Order{}, translate(ctx, "insert order", res.Error)
+	}
+	if err := tx.Raw("SELECT LAST_INSERT_ID()").Scan(&row.ID).Error; err != nil {
+		return service.Order{}, translate(ctx, "order id", err)
+	}
+	if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES (?, 'sale', ?, ?, ?)",
+		d.SKU, -q, row.ID, now).Error; err != nil {
+		return service.Order{}, translate(ctx, "insert ledger", err)
+	}
+
+	var upd *gorm.DB
+	switch d.Write {
+	case service.WritePlain:
+		// Absolute values from the read: a lost update when writers overlap.
+		upd = tx.Exec("UPDATE stock SET available = ?, sold = ?, version = version + 1, updated_at = ? WHERE sku = ?",
+			cur.Available-q, cur.Sold+q, now, d.SKU)
+	case service.WriteVersioned:
+		upd = tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
+			"WHERE sku = ? AND version = ? AND available >= ?", q, q, now, d.SKU, cur.Version, q)
+	case service.WriteConditional:
+		upd = tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
+			"WHERE sku = ? AND available >= ?", q, q, now, d.SKU, q)
+	case service.WriteForUpdate:
+		upd = tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
+			"WHERE sku = ?", q, q, now, d.SKU)
+	default:
+		return service.Order{}, fmt.Errorf("repo: unknown write mode %d", d.Write)
+	}
+	if upd.Error != nil {
+		return service.Order{}, translate(ctx, "update stock", upd.Error)
+	}
+	if upd.RowsAffected == 0 {
+		switch d.Write {
+		case service.WriteVersioned:
+			return service.Order{}, service.ErrConflict
+		case service.WriteConditional:
+			// Sold out or unknown: tell them apart outside the hot path.
+			var n int64
+			if err := tx.Raw("SELECT COUNT(*) FROM stock WHERE sku = ?", d.SKU).Scan(&n).Error; err != nil {
+				return service.Order{}, translate(ctx, "read stock", err)
+			}
+			if n == 0 {
+				return service.Order{}, service.ErrUnknownSKU
+			}
+			return service.Order{}, service.ErrSoldOut
+		}
+		return service.Order{}, service.ErrUnknownSKU
+	}
+	return row.order(), nil
+}

@@ -1,0 +1,186 @@
+// Package repo is the MySQL store of the stock service, on gorm with
+// gorm.io/driver/mysql. It implements service.Store: every strategy's
+// transaction, the idempotency lookups, the restock ledger and the audit.
+// MySQL and gorm errors are translated here into the service's sentinels;
+// they never leave the package untranslated.
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/pressly/goose/v3"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/migrations"
+)
+
+// Store is the MySQL implementation of service.Store. It is safe for
+// concurrent use.
+type Store struct {
+	db  *gorm.DB
+	sql *sql.DB
+}
+
+// Options sizes the connection pool.
+type Options struct {
+	MaxOpenConns int           // default 50
+	MaxIdleConns int           // default MaxOpenConns
+	ConnMaxLife  time.Duration // default 5m
+}
+
+// Open connects to MySQL with dsn (go-sql-driver format). It returns an error
+// wrapping service.ErrUnavailable when the server does not answer.
+func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("repo: bad MySQL DSN: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 3 * time.Second
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 10 * time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	db, err := gorm.Open(gormmysql.New(gormmysql.Config{DSNConfig: cfg}), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		PrepareStmt:            true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("repo: open: %w", errors.Join(service.ErrUnavailable, err))
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("repo: open: %w", err)
+	}
+	if o.MaxOpenConns <= 0 {
+		o.MaxOpenConns = 50
+	}
+	if o.MaxIdleConns <= 0 {
+		o.MaxIdleConns = o.MaxOpenConns
+	}
+	if o.ConnMaxLife <= 0 {
+		o.ConnMaxLife = 5 * time.Minute
+	}
+	sqlDB.SetMaxOpenConns(o.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(o.MaxIdleConns)
+	sqlDB.SetConnMaxLifetime(o.ConnMaxLife)
+	s := &Store{db: db, sql: sqlDB}
+	if err := s.Ping(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.sql.Close() }
+
+// Ping checks the database; it returns an error wrapping service.ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	return translate(ctx, "ping", s.sql.PingContext(ctx))
+}
+
+func newProvider(db *sql.DB) (*goose.Provider, error) {
+	return goose.NewProvider(goose.DialectMySQL, db, migrations.FS)
+}
+
+// Migrate applies every pending migration; it is idempotent and returns the
+// schema version reached.
+func (s *Store) Migrate(ctx context.Context) (int64, error) {
+	p, err := newProvider(s.sql)
+	if err != nil {
+		return 0, fmt.Errorf("repo: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return 0, fmt.Errorf("repo: migrate: %w", err)
+	}
+	return p.GetDBVersion(ctx)
+}
+
+// ErrSchemaOutdated is returned by CheckSchema when migrations are pending.
+var ErrSchemaOutdated = errors.New("repo: database schema is not migrated; run `stock migrate`")
+
+// CheckSchema returns ErrSchemaOutdated (wrapped, with the versions) unless
+// every migration has been applied.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	p, err := newProvider(s.sql)
+	if err != nil {
+		return fmt.Errorf("repo: migrations: %w", err)
+	}
+	srcs := p.ListSources()
+	want := srcs[len(srcs)-1].Version
+	got, err := p.GetDBVersion(ctx)
+	if err != nil {
+		// goose creates its version table on first use; an empty one is version 0.
+		return fmt.Errorf("repo: schema version: %w", errors.Join(ErrSchemaOutdated, err))
+	}
+	if got < want {
+		return fmt.Errorf("%w (schema version %d, this build needs %d)", ErrSchemaOutdated, got, want)
+	}
+	return nil
+}
+
+// translate maps driver and gorm errors onto service sentinels, keeping the
+// original for the log.
+func translate(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var me *mysql.MySQLError
+	switch {
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		return fmt.Errorf("repo: %s: %w", op, err)
+	case errors.As(err, &me):
+		switch me.Number {
+		case 1062:
+			return fmt.Errorf("repo: %s: %w", op, service.ErrDuplicateKey)
+		case 1205, 1213: // lock wait timeout, deadlock: the transaction was rolled back
+			return fmt.Errorf("repo: %s: %w", op, errors.Join(service.ErrBusy, err))
+		case 1146: // table missing
+			return fmt.Errorf("repo: %s: %w", op, errors.Join(ErrSchemaOutdated, err))
+		}
+		return fmt.Errorf("repo: %s: %w", op, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("repo: %s: %w", op, errors.Join(service.ErrUnavailable, ctx.Err()))
+	}
+	// Anything else from the driver is the connection: refused, reset, timed out.
+	return fmt.Errorf("repo: %s: %w", op, errors.Join(service.ErrUnavailable, err))
+}
+
+// sqlTxReadOnly runs the audit in one REPEATABLE READ snapshot.
+var sqlTxReadOnly = sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+
+// EnsureDatabase creates the database named in dsn if it does not exist.
+func EnsureDatabase(ctx context.Context, dsn string) error {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("repo: bad MySQL DSN: %w", err)
+	}
+	name := cfg.DBName
+	if name == "" {
+		return errors.New("repo: the MySQL DSN names no database")
+	}
+	cfg.DBName = ""
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("repo: open: %w", err)
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+strings.ReplaceAll(name, "`", "``")+"`")
+	return translate(ctx, "create database", err)
+}

@@ -1,0 +1,395 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/seckill/stock/internal/lock"
+	"github.com/seckill/stock/internal/metrics"
+)
+
+// Strategy is how an order is guarded (STOCK_STRATEGY).
+type Strategy string
+
+// The strategies, for the side-by-side comparison.
+const (
+	StrategyNone        Strategy = "none"         // read, check, write: oversells
+	StrategyLock        Strategy = "lock"         // Redis lock, plain write: safe only while the lock holds
+	StrategyVersion     Strategy = "version"      // versioned UPDATE, retried; no lock
+	StrategyLockVersion Strategy = "lock+version" // the default: lock, versioned UPDATE as the backstop
+	StrategyConditional Strategy = "conditional"  // UPDATE ... WHERE available >= ?; no lock
+	StrategyForUpdate   Strategy = "for-update"   // SELECT ... FOR UPDATE
+)
+
+// Strategies lists every strategy.
+var Strategies = []Strategy{StrategyNone, StrategyLock, StrategyVersion, StrategyLockVersion, StrategyConditional, StrategyForUpdate}
+
+// ParseStrategy returns the named strategy and whether it is safe without a
+// working lock.
+func ParseStrategy(s string) (st Strategy, safe bool, err error) {
+	for _, x := range Strategies {
+		if string(x) == s {
+			return x, x != StrategyNone && x != StrategyLock, nil
+		}
+	}
+	return "", false, fmt.Errorf("unknown strategy %q", s)
+}
+
+// Hold is a held SKU lock (a *lock.Hold).
+type Hold interface {
+	Context() context.Context
+	Fence() int64
+	Unlock(ctx context.Context) error
+}
+
+// Locker takes the per-SKU lock. Errors: lock.ErrNotObtained when the wait ran
+// out (joined with the context's error when it ended); anything else means
+// Redis could not be asked.
+type Locker interface {
+	TryLock(ctx context.Context, sku string, wait, lease time.Duration) (Hold, error)
+}
+
+// RedisLocker is the Locker on internal/lock: one lock per SKU named
+// "stock:{<sku>}".
+type RedisLocker struct{ Client *lock.Client }
+
+// TryLock takes the SKU's lock; see Locker.
+func (l RedisLocker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (Hold, error) {
+	h, err := l.Client.Mutex("stock:{"+sku+"}").TryLock(ctx, wait, lease)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Config configures a Service.
+type Config struct {
+	Strategy          Strategy
+	LockWait          time.Duration // longest wait for the SKU lock before ErrBusy
+	LockLease         time.Duration // 0: watchdog; > 0: fixed lease
+	RejectOnRedisDown bool          // true: ErrUnavailable when Redis is down; false: DB-only path
+	MaxQuantity       int           // largest quantity of one order (default 100)
+	// VersionRetries bounds the new transactions after a version conflict
+	// (default 3 under the lock, 20 for the lock-free version strategy).
+	VersionRetries int
+	// CriticalSectionHook, if set, runs inside the transaction just before
+	// COMMIT. Tests and fault runs use it to land a pause in the critical section.
+	CriticalSectionHook func()
+}
+
+// Service places orders. It is safe for concurrent use.
+type Service struct {
+	cfg     Config
+	store   Store
+	locks   Locker
+	log     *slog.Logger
+	metrics *metrics.Metrics
+
+	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
+	redisDown      atomic.Bool  // for logging once per outage
+}
+
+// redisBackoff is how long the lock is skipped after Redis failed to answer.
+const redisBackoff = time.Second
+
+// New returns a Service. locks may be nil for the strategies without a lock.
+func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Metrics) *Service {
+	if cfg.MaxQuantity <= 0 {
+		cfg.MaxQuantity = 100
+	}
+	if cfg.VersionRetries <= 0 {
+		cfg.VersionRetries = 3
+		if cfg.Strategy == StrategyVersion {
+			cfg.VersionRetries = 20
+		}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m}
+}
+
+// Strategy returns the configured strategy.
+func (s *Service) Strategy() Strategy { return s.cfg.Strategy }
+
+// PlaceRequest is one order request.
+type PlaceRequest struct {
+	Key      string
+	SKU      string
+	Quantity int
+}
+
+// Hash identifies the request's content, so a replay can be told from a
+// reuse of its key.
+func (r PlaceRequest) Hash() string {
+	sum := sha256.Sum256([]byte(r.SKU + "\x00" + strconv.Itoa(r.Quantity)))
+	return hex.EncodeToString(sum[:])
+}
+
+// Validate returns an error wrapping ErrInvalid naming the bad field.
+func (s *Service) Validate(r PlaceRequest) error {
+	switch {
+	case !ValidKey(r.Key):
+		return fmt.Errorf("%w: Idempotency-Key must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	case !ValidKey(r.SKU):
+		return fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	case r.Quantity < 1 || r.Quantity > s.cfg.MaxQuantity:
+		return fmt.Errorf("%w: quantity must be an integer from 1 to %d", ErrInvalid, s.cfg.MaxQuantity)
+	}
+	return nil
+}
+
+// Place places an order, or returns the order already placed with the same
+// key and request (replayed = true). Errors: ErrInvalid, ErrUnknownSKU,
+// ErrSoldOut, ErrKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
+func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed bool, err error) {
+	defer func() { s.metrics.Order(orderResult(replayed, err)) }()
+	if err := s.Validate(r); err != nil {
+		return Order{}, false, err
+	}
+	hash := r.Hash()
+	if o, err := s.store.OrderByKey(ctx, r.Key); err == nil {
+		return replay(o, hash)
+	} else if !errors.Is(err, ErrOrderNotFound) {
+		return Order{}, false, err
+	}
+	// Sold-out traffic must not queue behind the lock.
+	st, err := s.store.Stock(ctx, r.SKU)
+	if err != nil {
+		return Order{}, false, err
+	}
+	if st.Available < int64(r.Quantity) {
+		return Order{}, false, ErrSoldOut
+	}
+
+	d := Deduction{Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
+	switch s.cfg.Strategy {
+	case StrategyNone:
+		d.Write = WritePlain
+		o, err = s.deduct(ctx, d)
+	case StrategyConditional:
+		d.Write = WriteConditional
+		o, err = s.deduct(ctx, d)
+	case StrategyForUpdate:
+		d.Write = WriteForUpdate
+		o, err = s.deduct(ctx, d)
+	case StrategyVersion:
+		d.Write = WriteVersioned
+		o, err = s.versioned(ctx, d)
+	case StrategyLock, StrategyLockVersion:
+		o, err = s.underLock(ctx, d)
+	default:
+		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
+	}
+	if errors.Is(err, ErrDuplicateKey) {
+		// A concurrent request with the same key won the insert.
+		existing, ferr := s.store.OrderByKey(ctx, r.Key)
+		if ferr != nil {
+			return Order{}, false, ferr
+		}
+		return replay(existing, hash)
+	}
+	if err != nil {
+		return Order{}, false, err
+	}
+	return o, false, nil
+}
+
+func replay(o Order, hash string) (Order, bool, error) {
+	if o.RequestHash != hash {
+		return Order{}, false, ErrKeyReused
+	}
+	return o, true, nil
+}
+
+func orderResult(replayed bool, err error) string {
+	switch {
+	case err == nil && replayed:
+		return "replayed"
+	case err == nil:
+		return "created"
+	case errors.Is(err, ErrSoldOut):
+		return "sold_out"
+	case errors.Is(err, ErrBusy):
+		return "busy"
+	case errors.Is(err, ErrLockLost):
+		return "lock_lost"
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrKeyReused), errors.Is(err, ErrUnknownSKU):
+		return "rejected"
+	}
+	return "error"
+}
+
+func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
+	if h := s.cfg.CriticalSectionHook; h != nil {
+		before := d.BeforeCommit
+		d.BeforeCommit = func() error {
+			h()
+			if before != nil {
+				return before()
+			}
+			return nil
+		}
+	}
+	return s.store.Deduct(ctx, d)
+}
+
+// versioned runs the versioned UPDATE, retrying each conflict in a NEW
+// transaction: under REPEATABLE READ a retry in the same one would re-read
+// its old snapshot and could never succeed.
+func (s *Service) versioned(ctx context.Context, d Deduction) (Order, error) {
+	for attempt := 0; ; attempt++ {
+		o, err := s.deduct(ctx, d)
+		if !errors.Is(err, ErrConflict) {
+			return o, err
+		}
+		s.metrics.Conflict(string(s.cfg.Strategy))
+		if attempt >= s.cfg.VersionRetries {
+			return Order{}, fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, attempt+1)
+		}
+		if s.cfg.Strategy == StrategyVersion {
+			// Spread the retries of lock-free writers over a few ms.
+			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 4))))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// underLock runs the deduction under the SKU lock, or on the DB-only path
+// while Redis is down.
+func (s *Service) underLock(ctx context.Context, d Deduction) (Order, error) {
+	if s.skipLock() {
+		return s.withoutRedis(ctx, d, nil)
+	}
+	start := time.Now()
+	h, err := s.locks.TryLock(ctx, d.SKU, s.cfg.LockWait, s.cfg.LockLease)
+	wait := time.Since(start)
+	switch {
+	case errors.Is(err, lock.ErrNotObtained):
+		s.metrics.Lock("timeout", wait)
+		if ctx.Err() != nil {
+			return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+		return Order{}, fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
+	case err != nil:
+		s.metrics.Lock("error", wait)
+		return s.withoutRedis(ctx, d, err)
+	}
+	s.metrics.Lock("acquired", wait)
+	s.redisUp()
+	defer func() {
+		s.metrics.Held(time.Since(start) - wait)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if err := h.Unlock(uctx); err != nil {
+			s.log.Warn("unlock failed", "sku", d.SKU, "err", err)
+		}
+	}()
+
+	fence := h.Fence()
+	d.Fence = &fence
+	if s.cfg.Strategy == StrategyLock {
+		// Deliberately the naive tutorial version: trust the lock, write plain
+		// values, never look back. The fault runs show what that costs.
+		d.Write = WritePlain
+		return s.deduct(ctx, d)
+	}
+	d.BeforeCommit = func() error {
+		// Err also checks the lease deadline, so a pause past the lease is
+		// seen here even before the watchdog runs again.
+		if h.Context().Err() != nil && errors.Is(context.Cause(h.Context()), lock.ErrLockLost) {
+			s.metrics.Lock("lost", 0)
+			return ErrLockLost
+		}
+		return nil
+	}
+	d.Write = WriteVersioned
+	return s.versioned(ctx, d)
+}
+
+// withoutRedis handles an order while Redis is unreachable: the conditional
+// UPDATE alone keeps the stock exact (db-only), or the order is refused.
+func (s *Service) withoutRedis(ctx context.Context, d Deduction, cause error) (Order, error) {
+	if cause != nil {
+		s.redisFailed(cause)
+	}
+	if s.cfg.RejectOnRedisDown {
+		return Order{}, fmt.Errorf("%w: redis unreachable", ErrUnavailable)
+	}
+	s.metrics.DBOnlyOrder()
+	d.Write = WriteConditional
+	return s.deduct(ctx, d)
+}
+
+func (s *Service) skipLock() bool {
+	return time.Now().UnixNano() < s.redisDownUntil.Load()
+}
+
+func (s *Service) redisFailed(err error) {
+	s.redisDownUntil.Store(time.Now().Add(redisBackoff).UnixNano())
+	if !s.redisDown.Swap(true) {
+		mode := "db-only"
+		if s.cfg.RejectOnRedisDown {
+			mode = "reject"
+		}
+		s.log.Error("redis unreachable: orders bypass the lock", "mode", mode, "err", err)
+	}
+}
+
+func (s *Service) redisUp() {
+	if s.redisDown.Swap(false) {
+		s.log.Info("redis reachable again: orders take the lock")
+	}
+}
+
+// RedisDown reports whether the last lock attempt found Redis unreachable.
+func (s *Service) RedisDown() bool { return s.redisDown.Load() }
+
+// Order returns an order by id, or ErrOrderNotFound.
+func (s *Service) Order(ctx context.Context, id int64) (Order, error) { return s.store.Order(ctx, id) }
+
+// Stock returns a SKU's stock, or ErrInvalid / ErrUnknownSKU.
+func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
+	if !ValidKey(sku) {
+		return Stock{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	return s.store.Stock(ctx, sku)
+}
+
+// MaxStock bounds the available count of the admin API.
+const MaxStock = 1_000_000_000
+
+// SetStock creates a SKU or sets its available count. Errors: ErrInvalid, ErrUnavailable.
+func (s *Service) SetStock(ctx context.Context, sku string, available int64) (Stock, error) {
+	if !ValidKey(sku) {
+		return Stock{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	if available < 0 || available > MaxStock {
+		return Stock{}, fmt.Errorf("%w: available must be an integer from 0 to %d", ErrInvalid, MaxStock)
+	}
+	return s.store.SetStock(ctx, sku, available)
+}
+
+// Audit reconciles a SKU. Errors: ErrInvalid, ErrUnknownSKU, ErrUnavailable.
+func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
+	if !ValidKey(sku) {
+		return Audit{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	return s.store.Audit(ctx, sku)
+}
+
+// Ping checks the database.
+func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }

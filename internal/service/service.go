@@ -1,0 +1,157 @@
+// Package service is the order flow of the stock service: validation,
+// idempotency, the sold-out short-circuit, the per-SKU Redis lock and the
+// database write of each strategy. It declares the small interfaces it needs
+// from the store and the lock; internal/repo and internal/lock implement them.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Errors of the service contract. The handler maps each to one HTTP status.
+var (
+	// ErrInvalid is wrapped by every validation error; the message says which field.
+	ErrInvalid = errors.New("service: invalid input")
+	// ErrUnknownSKU: no stock row for the SKU.
+	ErrUnknownSKU = errors.New("service: unknown sku")
+	// ErrOrderNotFound: no order with that id or key.
+	ErrOrderNotFound = errors.New("service: order not found")
+	// ErrSoldOut: available < quantity.
+	ErrSoldOut = errors.New("service: sold out")
+	// ErrKeyReused: the idempotency key already placed an order with another body.
+	ErrKeyReused = errors.New("service: idempotency key reused with a different request")
+	// ErrBusy: the SKU lock, or a conflict-free write, could not be had in time.
+	ErrBusy = errors.New("service: busy, retry later")
+	// ErrUnavailable: Redis (in reject mode) or MySQL is unreachable.
+	ErrUnavailable = errors.New("service: dependency unavailable")
+	// ErrLockLost: the SKU lock was lost before commit; nothing was written.
+	ErrLockLost = errors.New("service: lock lost before commit, order not placed")
+
+	// ErrConflict is returned by Store.Deduct when a versioned UPDATE matched
+	// no row: the version moved, so someone wrote without (or despite) the lock.
+	ErrConflict = errors.New("service: version conflict")
+	// ErrDuplicateKey is returned by Store.Deduct when the idempotency key is
+	// already taken (a concurrent replay).
+	ErrDuplicateKey = errors.New("service: duplicate idempotency key")
+)
+
+// Order is a placed order.
+type Order struct {
+	ID          int64     `json:"id"`
+	Key         string    `json:"idempotency_key"`
+	SKU         string    `json:"sku"`
+	Quantity    int       `json:"quantity"`
+	Fence       *int64    `json:"fence,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	RequestHash string    `json:"-"`
+}
+
+// Stock is the stock row of a SKU.
+type Stock struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	Sold      int64  `json:"sold"`
+	Version   int64  `json:"version"`
+}
+
+// Audit is the reconciliation of one SKU, from the stock row, the orders and
+// the ledger.
+type Audit struct {
+	SKU             string   `json:"sku"`
+	Available       int64    `json:"available"`
+	Sold            int64    `json:"sold"`
+	Stocked         int64    `json:"stocked"`
+	Orders          int64    `json:"orders"`
+	OrderedQuantity int64    `json:"ordered_quantity"`
+	DistinctKeys    int64    `json:"distinct_keys"`
+	LedgerRestocked int64    `json:"ledger_restocked"`
+	LedgerSold      int64    `json:"ledger_sold"`
+	Oversold        int64    `json:"oversold"`
+	Consistent      bool     `json:"consistent"`
+	Problems        []string `json:"problems"`
+}
+
+// Check fills Oversold, Consistent and Problems from the counts.
+func (a *Audit) Check() {
+	a.Problems = a.Problems[:0]
+	add := func(format string, args ...any) { a.Problems = append(a.Problems, fmt.Sprintf(format, args...)) }
+	a.Oversold = max(0, a.OrderedQuantity-a.Stocked)
+	if a.Oversold > 0 {
+		add("oversold by %d: orders hold %d units, %d were stocked", a.Oversold, a.OrderedQuantity, a.Stocked)
+	}
+	if a.Available < 0 {
+		add("available %d < 0", a.Available)
+	}
+	if a.Sold != a.OrderedQuantity {
+		add("sold %d != sum of order quantities %d", a.Sold, a.OrderedQuantity)
+	}
+	if a.Available+a.Sold != a.Stocked {
+		add("available %d + sold %d != stocked %d", a.Available, a.Sold, a.Stocked)
+	}
+	if a.LedgerRestocked != a.Stocked || a.LedgerSold != a.OrderedQuantity {
+		add("ledger (restocked %d, sold %d) disagrees with stocked %d and orders %d",
+			a.LedgerRestocked, a.LedgerSold, a.Stocked, a.OrderedQuantity)
+	}
+	if a.DistinctKeys != a.Orders {
+		add("%d orders share %d idempotency keys", a.Orders, a.DistinctKeys)
+	}
+	a.Consistent = len(a.Problems) == 0
+}
+
+// Write says how Store.Deduct guards the stock row.
+type Write int
+
+const (
+	// WritePlain reads, checks and writes absolute values: no guard at all.
+	WritePlain Write = iota
+	// WriteVersioned ends with UPDATE ... WHERE version = ? AND available >= ?.
+	WriteVersioned
+	// WriteConditional ends with UPDATE ... WHERE available >= ?.
+	WriteConditional
+	// WriteForUpdate reads the row with SELECT ... FOR UPDATE first.
+	WriteForUpdate
+)
+
+// Deduction is one attempt, in one transaction, to place an order.
+type Deduction struct {
+	Key         string
+	RequestHash string
+	SKU         string
+	Quantity    int
+	Write       Write
+	Fence       *int64
+	// BeforeCommit, if set, runs after the last statement and before COMMIT;
+	// an error from it rolls the transaction back and is returned.
+	BeforeCommit func() error
+}
+
+// Store is what the service needs from the database.
+type Store interface {
+	// OrderByKey returns the order of an idempotency key, or ErrOrderNotFound.
+	OrderByKey(ctx context.Context, key string) (Order, error)
+	// Order returns an order by id, or ErrOrderNotFound.
+	Order(ctx context.Context, id int64) (Order, error)
+	// Stock returns the stock row, or ErrUnknownSKU.
+	Stock(ctx context.Context, sku string) (Stock, error)
+	// SetStock creates the SKU or sets its available count, with a ledger entry.
+	SetStock(ctx context.Context, sku string, available int64) (Stock, error)
+	// Audit reconciles one SKU, or returns ErrUnknownSKU.
+	Audit(ctx context.Context, sku string) (Audit, error)
+	// Deduct places an order in one transaction. It returns ErrSoldOut,
+	// ErrUnknownSKU, ErrConflict, ErrDuplicateKey, ErrUnavailable, or the
+	// error of BeforeCommit.
+	Deduct(ctx context.Context, d Deduction) (Order, error)
+	// Ping checks the database.
+	Ping(ctx context.Context) error
+}
+
+var (
+	tokenRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+)
+
+// ValidKey reports whether s is a valid Idempotency-Key or SKU: 1-64 of [A-Za-z0-9._:-].
+func ValidKey(s string) bool { return tokenRE.MatchString(s) }
