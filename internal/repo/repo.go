@@ -46,6 +46,11 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// One round trip per statement: the driver interpolates arguments
+	// (escaping them) instead of PREPARE + EXECUTE + CLOSE. gorm's own
+	// statement cache (PrepareStmt) would also start a goroutine per Open that
+	// never stops.
+	cfg.InterpolateParams = true
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 3 * time.Second
 	}
@@ -58,7 +63,6 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	db, err := gorm.Open(gormmysql.New(gormmysql.Config{DSNConfig: cfg}), &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,
-		PrepareStmt:            true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("repo: open: %w", errors.Join(service.ErrUnavailable, err))

@@ -1,0 +1,262 @@
+package handler_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/seckill/stock/internal/handler"
+	"github.com/seckill/stock/internal/lock"
+	"github.com/seckill/stock/internal/metrics"
+	"github.com/seckill/stock/internal/repo"
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql and net/http keep pooled connections' goroutines until they idle out.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
+	)
+}
+
+const adminToken = "test-admin-token"
+
+// db is one test database, migrated with the real migrations/.
+type db struct {
+	dsn   string
+	store *repo.Store
+}
+
+func newDB(t testing.TB) *db {
+	t.Helper()
+	dsn := testserver.Database(t)
+	store, err := repo.Open(context.Background(), dsn, repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	if _, err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &db{dsn: dsn, store: store}
+}
+
+type instanceOpts struct {
+	strategy  service.Strategy
+	redisAddr string
+	reject    bool
+	lockWait  time.Duration
+	watchdog  time.Duration
+	hook      func()
+	locker    service.Locker // overrides the Redis lock
+	noAdmin   bool
+}
+
+// instance is one service instance: its own Redis client, lock.Client,
+// service, handler and HTTP server, over a shared database.
+type instance struct {
+	url     string
+	metrics *metrics.Metrics
+	reg     *prometheus.Registry
+	svc     *service.Service
+}
+
+func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
+	t.Helper()
+	if o.strategy == "" {
+		o.strategy = service.StrategyLockVersion
+	}
+	if o.redisAddr == "" {
+		o.redisAddr = testserver.SharedRedis
+	}
+	if o.lockWait == 0 {
+		o.lockWait = 5 * time.Second
+	}
+	if o.watchdog == 0 {
+		o.watchdog = 30 * time.Second
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, DialTimeout: 300 * time.Millisecond,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1})
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	locks := lock.New(rdb, lock.WithWatchdogTimeout(o.watchdog))
+	var locker service.Locker = service.RedisLocker{Client: locks}
+	if o.locker != nil {
+		locker = o.locker
+	}
+	svc := service.New(service.Config{
+		Strategy: o.strategy, LockWait: o.lockWait, RejectOnRedisDown: o.reject, CriticalSectionHook: o.hook,
+	}, d.store, locker, nil, m)
+	token := adminToken
+	if o.noAdmin {
+		token = ""
+	}
+	h := handler.New(handler.Config{AdminToken: token, Checks: []handler.Check{
+		{Name: "mysql", Required: true, Fn: d.store.Ping},
+		{Name: "redis", Required: o.reject, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+	}}, svc, nil, m, reg)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = locks.Close()
+		_ = rdb.Close()
+	})
+	return &instance{url: srv.URL, metrics: m, reg: reg, svc: svc}
+}
+
+var httpClient = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0, IdleConnTimeout: time.Second},
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+func (r reply) problemType() string {
+	var p handler.Problem
+	_ = json.Unmarshal(r.body, &p)
+	return strings.TrimPrefix(p.Type, handler.ProblemBase)
+}
+
+func do(t testing.TB, method, url string, header map[string]string, body string) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return reply{}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func jsonHeader(extra ...string) map[string]string {
+	h := map[string]string{"Content-Type": "application/json"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		h[extra[i]] = extra[i+1]
+	}
+	return h
+}
+
+func (in *instance) order(t testing.TB, key, sku string, qty int) reply {
+	t.Helper()
+	return do(t, "POST", in.url+"/v1/orders", jsonHeader("Idempotency-Key", key), fmt.Sprintf(`{"sku":%q,"quantity":%d}`, sku, qty))
+}
+
+func (in *instance) setStock(t testing.TB, sku string, n int) {
+	t.Helper()
+	r := do(t, "PUT", in.url+"/v1/admin/stock/"+sku, jsonHeader("Authorization", "Bearer "+adminToken), fmt.Sprintf(`{"available":%d}`, n))
+	if r.status != http.StatusOK {
+		t.Fatalf("PUT stock %s = %d %s", sku, r.status, r.body)
+	}
+}
+
+func (in *instance) audit(t testing.TB, sku string) service.Audit {
+	t.Helper()
+	r := do(t, "GET", in.url+"/v1/admin/stock/"+sku+"/audit", map[string]string{"Authorization": "Bearer " + adminToken}, "")
+	if r.status != http.StatusOK {
+		t.Fatalf("audit %s = %d %s", sku, r.status, r.body)
+	}
+	var a service.Audit
+	r.json(t, &a)
+	return a
+}
+
+// buyers places n orders of qty concurrently, spread over the instances, each
+// with its own key. A buyer retries with the same key on 429 and 503, as a
+// careful client would. It returns the final reply of each buyer.
+func buyers(t testing.TB, ins []*instance, sku string, n, qty int) []reply {
+	t.Helper()
+	out := make([]reply, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			key := fmt.Sprintf("%s-buyer-%d", sku, i)
+			for try := 0; ; try++ {
+				out[i] = ins[(i+try)%len(ins)].order(t, key, sku, qty)
+				if (out[i].status != http.StatusTooManyRequests && out[i].status != http.StatusServiceUnavailable) || try == 20 {
+					return
+				}
+				time.Sleep(time.Duration(5+try*5) * time.Millisecond)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+func count(rs []reply) map[int]int {
+	m := map[int]int{}
+	for _, r := range rs {
+		m[r.status]++
+	}
+	return m
+}
+
+// ordersOf returns the orders of a SKU straight from MySQL, by key.
+func (d *db) ordersOf(t testing.TB, sku string) map[string]int64 {
+	t.Helper()
+	sqlDB := openSQL(t, d.dsn)
+	rows, err := sqlDB.Query("SELECT idempotency_key, id FROM orders WHERE sku = ?", sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	m := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var id int64
+		if err := rows.Scan(&k, &id); err != nil {
+			t.Fatal(err)
+		}
+		m[k] = id
+	}
+	return m
+}
+
+func jsonBody(v any) io.Reader {
+	b, _ := json.Marshal(v)
+	return bytes.NewReader(b)
+}
