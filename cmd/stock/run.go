@@ -101,7 +101,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		DialTimeout:  500 * time.Millisecond,
 		ReadTimeout:  500 * time.Millisecond,
 		WriteTimeout: 500 * time.Millisecond,
-		PoolSize:     64,
+		// Fail fast when Redis is down, so orders move to the DB-only path
+		// instead of queueing behind dial retries (go-redis's default is 5
+		// dials 100ms apart, plus 3 command retries).
+		DialerRetries: 1,
+		MaxRetries:    1,
+		PoolSize:      64,
 	})
 	defer rdb.Close()
 	locks := lock.New(rdb, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithHooks(lock.Hooks{

@@ -92,7 +92,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 		o.watchdog = 30 * time.Second
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1})
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1, DialerRetries: 1})
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	locks := lock.New(rdb, lock.WithWatchdogTimeout(o.watchdog))

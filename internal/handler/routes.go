@@ -47,6 +47,9 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 4096
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	h := &Handler{svc: svc, adminToken: cfg.AdminToken, maxBody: cfg.MaxBody, checks: cfg.Checks}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -170,9 +171,11 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 		}
 	}
 	if err != nil {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-		m.releaseCall(uctx, owner, 1, dur)
-		cancel()
+		if !neverSent(err) {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+			m.releaseCall(uctx, owner, 1, dur)
+			cancel()
+		}
 		return nil, 0, acquireErr(ctx, m.name, err)
 	}
 	l := newLease(m, ctx, owner, fence, dur, watchdog, sent)
@@ -184,6 +187,13 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 		return nil, 0, err
 	}
 	return &Hold{l: l}, 0, nil
+}
+
+// neverSent reports an error that proves the command never reached Redis
+// (no connection could be made), so there is nothing to undo.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func acquireErr(ctx context.Context, name string, err error) error {
