@@ -54,6 +54,9 @@ func parseConfig(getenv func(string) string) (config, error) {
 		ShutdownAfter: p.duration("STOCK_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second),
 		CriticalDelay: p.duration("STOCK_TEST_CRITICAL_DELAY", 0, 0),
 	}
+	if c.LockWatchdog == 0 {
+		p.fail("STOCK_LOCK_WATCHDOG", "must be a duration of at least 30ms")
+	}
 	for i, a := range c.RedisAddrs {
 		c.RedisAddrs[i] = strings.TrimSpace(a)
 		if c.RedisAddrs[i] == "" {

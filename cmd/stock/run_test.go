@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/testserver"
+)
+
+func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	for _, c := range []struct{ name, value string }{
+		{"STOCK_STRATEGY", "optimistic"},
+		{"STOCK_STRATEGY", "none"}, // unsafe without STOCK_ALLOW_UNSAFE
+		{"STOCK_STRATEGY", "lock"},
+		{"STOCK_LOCK_WAIT", "soon"},
+		{"STOCK_LOCK_WAIT", "-1s"},
+		{"STOCK_LOCK_LEASE", "10"},
+		{"STOCK_LOCK_WATCHDOG", "1ms"},
+		{"STOCK_LOCK_WATCHDOG", "0"},
+		{"STOCK_ON_REDIS_DOWN", "panic"},
+		{"STOCK_LOG_LEVEL", "loud"},
+		{"STOCK_LOG_FORMAT", "xml"},
+		{"STOCK_REDIS_DB", "x"},
+		{"STOCK_REDIS_DB", "-1"},
+		{"STOCK_ALLOW_UNSAFE", "maybe"},
+		{"STOCK_REDIS_ADDRS", "a:1,,b:2"},
+		{"STOCK_MAX_QUANTITY", "0"},
+	} {
+		_, err := parseConfig(env(map[string]string{c.name: c.value}))
+		if err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("parseConfig(%s=%q) = %v; want an error naming %s", c.name, c.value, err, c.name)
+		}
+	}
+	cfg, err := parseConfig(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPAddr != ":8080" || cfg.Strategy != "lock+version" || cfg.LockWait != 2*time.Second || cfg.LockLease != 0 ||
+		cfg.LockWatchdog != 30*time.Second || cfg.RejectOnRedis || cfg.RedisAddrs[0] != "127.0.0.1:6379" ||
+		cfg.MySQLDSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.LogJSON {
+		t.Fatalf("defaults = %+v; want those of service.md section 2", cfg)
+	}
+	cfg, err = parseConfig(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
+		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2"}))
+	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" {
+		t.Fatalf("parseConfig = %+v, %v", cfg, err)
+	}
+}
+
+// started runs `stock serve` in-process and returns its base URL and a stop
+// func that cancels it (as SIGTERM does) and returns run's error.
+func started(t *testing.T, vars map[string]string) (string, func() error) {
+	t.Helper()
+	vars["STOCK_HTTP_ADDR"] = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"stock", "serve"}, env(vars), pw, io.Discard)
+		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
+		errc <- err
+	}()
+	sc := bufio.NewScanner(pr)
+	re := regexp.MustCompile(`listening on (http://\S+)`)
+	for sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			go func() { _, _ = io.Copy(io.Discard, pr) }()
+			var once sync.Once
+			var runErr error
+			stop := func() error {
+				once.Do(func() { cancel(); runErr = <-errc })
+				return runErr
+			}
+			t.Cleanup(func() { _ = stop() })
+			return m[1], stop
+		}
+	}
+	cancel()
+	t.Fatalf("serve did not start: %v", sc.Err())
+	return "", nil
+}
+
+func TestMigrateIsIdempotentAndServeRefusesUnmigrated(t *testing.T) {
+	dsn := testserver.Database(t)
+	vars := map[string]string{"STOCK_MYSQL_DSN": dsn}
+	ctx := context.Background()
+	err := run(ctx, []string{"stock", "serve"}, env(vars), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "stock migrate") {
+		t.Fatalf("serve on an unmigrated database = %v; want a refusal telling to run `stock migrate`", err)
+	}
+	for i := 0; i < 2; i++ {
+		var out strings.Builder
+		if err := run(ctx, []string{"stock", "migrate"}, env(vars), &out, io.Discard); err != nil {
+			t.Fatalf("migrate #%d = %v", i+1, err)
+		}
+		if !strings.Contains(out.String(), "schema at version 1") {
+			t.Fatalf("migrate #%d printed %q", i+1, out.String())
+		}
+	}
+	url, stop := started(t, vars)
+	if resp, err := http.Get(url + "/readyz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz after migrate = %v, %v", resp, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run after stop = %v; want nil", err)
+	}
+}
+
+func TestMigrateCreatesDatabase(t *testing.T) {
+	name := fmt.Sprintf("t_create_%d", time.Now().UnixNano())
+	db, err := sql.Open("mysql", testserver.SharedMySQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	t.Cleanup(func() { _, _ = db.Exec("DROP DATABASE IF EXISTS " + name) })
+	vars := map[string]string{"STOCK_MYSQL_DSN": testserver.SharedMySQL + name + "?parseTime=true"}
+	if err := run(context.Background(), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard); err != nil {
+		t.Fatalf("migrate into a missing database = %v", err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name IN ('stock','orders','stock_ledger')", name).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("tables after migrate = %d, %v; want 3", n, err)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	if err := run(context.Background(), []string{"stock", "frobnicate"}, env(nil), io.Discard, io.Discard); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+}
+
+// SIGTERM under load: in-flight requests finish, locks are released, run
+// returns nil, and every order a client was told about exists exactly once.
+func TestGracefulShutdownUnderLoad(t *testing.T) {
+	dsn := testserver.Database(t)
+	vars := map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_ADMIN_TOKEN": "tok", "STOCK_LOG_FORMAT": "text",
+		"STOCK_TEST_CRITICAL_DELAY": "20ms"}
+	if err := run(context.Background(), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	url, stop := started(t, vars)
+	sku := fmt.Sprintf("GS-%d", time.Now().UnixNano())
+	req, _ := http.NewRequest("PUT", url+"/v1/admin/stock/"+sku, strings.NewReader(`{"available":1000}`))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("set stock: %v %v", resp, err)
+	}
+
+	type ack struct {
+		key string
+		id  int64
+	}
+	var mu sync.Mutex
+	var acks []ack
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 20 * time.Second}
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				key := fmt.Sprintf("g%d-%d", i, j)
+				req, _ := http.NewRequest("POST", url+"/v1/orders", strings.NewReader(fmt.Sprintf(`{"sku":%q,"quantity":1}`, sku)))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", key)
+				resp, err := client.Do(req)
+				if err != nil {
+					return // the server stopped accepting
+				}
+				var o struct {
+					ID int64 `json:"id"`
+				}
+				if resp.StatusCode == http.StatusCreated {
+					_ = decodeJSON(resp.Body, &o)
+					mu.Lock()
+					acks = append(acks, ack{key, o.ID})
+					mu.Unlock()
+				}
+				resp.Body.Close()
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("run after SIGTERM-equivalent = %v; want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("shutdown did not finish within 20s")
+	}
+	wg.Wait()
+	if len(acks) == 0 {
+		t.Fatal("no order was acknowledged before the shutdown: the test proves nothing")
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, a := range acks {
+		var id int64
+		if err := db.QueryRow("SELECT id FROM orders WHERE idempotency_key = ?", a.key).Scan(&id); err != nil || id != a.id {
+			t.Fatalf("acknowledged order %s (id %d) in MySQL: id %d, %v", a.key, a.id, id, err)
+		}
+	}
+	var sold, orders int64
+	if err := db.QueryRow("SELECT sold, (SELECT COUNT(*) FROM orders WHERE sku = ?) FROM stock WHERE sku = ?", sku, sku).Scan(&sold, &orders); err != nil {
+		t.Fatal(err)
+	}
+	if sold != orders || orders < int64(len(acks)) {
+		t.Fatalf("sold %d, orders %d, acknowledged %d; want sold == orders >= acknowledged", sold, orders, len(acks))
+	}
+	r := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
+	defer r.Close()
+	if n, _ := r.Exists(context.Background(), "stock:{"+sku+"}").Result(); n != 0 {
+		t.Fatal("the SKU lock is still held after shutdown")
+	}
+	t.Logf("%d orders acknowledged before shutdown, all persisted", len(acks))
+}
