@@ -3,8 +3,10 @@ export CGO_ENABLED ?= 1
 
 .PHONY: test vet unit run build bench chaos demo k6-check
 
-## test: vet + the whole suite with the race detector (what CI runs)
-test: vet
+## test: vet, the whole suite with the race detector, the compose file and k6 type checks (what CI runs)
+test: vet unit compose-check k6-check
+
+unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 vet:
