@@ -4,13 +4,20 @@ export CGO_ENABLED ?= 1
 .PHONY: test vet unit run build bench chaos demo k6-check
 
 ## test: vet, the whole suite with the race detector, the compose file and k6 type checks (what CI runs)
-test: vet unit compose-check k6-check
+test: vet unit fuzz compose-check k6-check
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 vet:
 	$(GO) vet ./...
+
+## fuzz: each fuzz target for FUZZTIME (request decoding, key and SKU validators, POST /v1/orders)
+FUZZTIME ?= 5s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeOrder$$' -fuzztime $(FUZZTIME) ./internal/handler
+	$(GO) test -run '^$$' -fuzz '^FuzzValidKey$$' -fuzztime $(FUZZTIME) ./internal/handler
+	$(GO) test -run '^$$' -fuzz '^FuzzPlaceOrder$$' -fuzztime $(FUZZTIME) ./internal/handler
 
 build:
 	$(GO) build -o bin/stock ./cmd/stock

@@ -30,6 +30,13 @@ type config struct {
 	MaxQuantity   int
 	MaxBody       int64
 	ShutdownAfter time.Duration
+	// HTTP server timeouts: a slow or stalled client cannot hold a connection longer.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// PprofAddr, if set, serves net/http/pprof on its own listener (keep it private).
+	PprofAddr string
 	// CriticalDelay pauses inside the critical section, before COMMIT. For
 	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
 	CriticalDelay time.Duration
@@ -53,6 +60,12 @@ func parseConfig(getenv func(string) string) (config, error) {
 		MaxBody:       int64(p.integer("STOCK_MAX_BODY", 4096, 64, 1<<20)),
 		ShutdownAfter: p.duration("STOCK_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second),
 		CriticalDelay: p.duration("STOCK_TEST_CRITICAL_DELAY", 0, 0),
+
+		ReadHeaderTimeout: p.duration("STOCK_HTTP_READ_HEADER_TIMEOUT", 5*time.Second, time.Millisecond),
+		ReadTimeout:       p.duration("STOCK_HTTP_READ_TIMEOUT", 10*time.Second, time.Millisecond),
+		WriteTimeout:      p.duration("STOCK_HTTP_WRITE_TIMEOUT", 15*time.Second, time.Millisecond),
+		IdleTimeout:       p.duration("STOCK_HTTP_IDLE_TIMEOUT", 60*time.Second, time.Millisecond),
+		PprofAddr:         p.str("STOCK_PPROF_ADDR", ""),
 	}
 	if c.LockWatchdog == 0 {
 		p.fail("STOCK_LOCK_WATCHDOG", "must be a duration of at least 30ms")

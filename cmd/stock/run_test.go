@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -239,4 +240,71 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		t.Fatal("the SKU lock is still held after shutdown")
 	}
 	t.Logf("%d orders acknowledged before shutdown, all persisted", len(acks))
+}
+
+// A slow client (headers or body trickled byte by byte) is cut off by the
+// server's timeouts, and does not stop others from being served.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	dsn := testserver.Database(t)
+	vars := map[string]string{"STOCK_MYSQL_DSN": dsn,
+		"STOCK_HTTP_READ_HEADER_TIMEOUT": "300ms", "STOCK_HTTP_READ_TIMEOUT": "600ms"}
+	if err := run(context.Background(), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	url, _ := started(t, vars)
+	addr := strings.TrimPrefix(url, "http://")
+	trickle := func(prefix, rest string) (time.Duration, error) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close()
+		start := time.Now()
+		if _, err := conn.Write([]byte(prefix)); err != nil {
+			return 0, err
+		}
+		for i := 0; i < len(rest); i++ {
+			if _, err := conn.Write([]byte{rest[i]}); err != nil {
+				return time.Since(start), nil // the server closed the connection
+			}
+			time.Sleep(100 * time.Millisecond)
+			if time.Since(start) > 5*time.Second {
+				return time.Since(start), fmt.Errorf("still connected after 5s")
+			}
+		}
+		// Everything was sent: the server must not have waited for it all.
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		b, _ := io.ReadAll(conn)
+		return time.Since(start), fmt.Errorf("server waited for the whole trickle and answered %q", b)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := 0; i < 10; i++ {
+		wg.Add(2)
+		go func() { // headers one byte at a time
+			defer wg.Done()
+			if _, err := trickle("GET /healthz HTTP/1.1\r\n", "Host: x\r\nX-Slow: "+strings.Repeat("a", 60)+"\r\n\r\n"); err != nil {
+				errs <- fmt.Errorf("header trickle: %w", err)
+			}
+		}()
+		go func() { // body one byte at a time
+			defer wg.Done()
+			body := `{"sku":"SKU-1","quantity":1}` + strings.Repeat(" ", 40)
+			if _, err := trickle(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: slow\r\nContent-Length: %d\r\n\r\n", len(body)), body); err != nil {
+				errs <- fmt.Errorf("body trickle: %w", err)
+			}
+		}()
+	}
+	// Meanwhile a normal client is served.
+	time.Sleep(100 * time.Millisecond)
+	resp, err := http.Get(url + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("normal request during 20 slow clients = %v, %v", resp, err)
+	}
+	resp.Body.Close()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,14 @@ func decodeJSON(c *gin.Context, maxBody int64, v any) error {
 }
 
 func decodeStrict(r io.Reader, maxBody int64, v any) error {
-	dec := json.NewDecoder(r)
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return bodyErr(err, maxBody)
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] != '{' {
+		return fmt.Errorf("%w: the body must be a JSON object", errMalformed)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return bodyErr(err, maxBody)
