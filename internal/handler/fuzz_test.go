@@ -87,7 +87,7 @@ func (a acceptAll) Place(_ context.Context, r service.PlaceRequest) (service.Ord
 	}
 	return service.Order{ID: 1, Key: r.Key, SKU: r.SKU, Quantity: r.Quantity}, false, nil
 }
-func (acceptAll) Order(context.Context, int64) (service.Order, error) { return service.Order{}, nil }
+func (acceptAll) Order(context.Context, int64) (service.Order, error)  { return service.Order{}, nil }
 func (acceptAll) Stock(context.Context, string) (service.Stock, error) { return service.Stock{}, nil }
 func (acceptAll) SetStock(context.Context, string, int64) (service.Stock, error) {
 	return service.Stock{}, nil
