@@ -39,3 +39,24 @@ k6-check:
 
 compose-check:
 	cd loadtest/composecheck && $(GO) test -count=1 ./...
+
+## demo: every strategy on three local instances: the zero-oversell proof (sell-out) and a
+## throughput run that does not sell out; prints the comparison, writes loadtest/report/
+## demo-throughput: the throughput run only
+.PHONY: demo-throughput
+DEMO_STRATEGIES ?= none,lock,version,lock+version,conditional,for-update
+DEMO_STOCK ?= 1000
+DEMO_BUYERS ?= 5000
+DEMO_CONCURRENCY ?= 200
+DEMO_QUANTITY ?= 1
+DEMO_TP_STOCK ?= 1000000
+DEMO_TP_BUYERS ?= 20000
+DEMO_TP_CONCURRENCY ?= $(DEMO_CONCURRENCY)
+DEMO_FLAGS ?=
+demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK) -buyers $(DEMO_BUYERS) \
+	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
+	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report $(DEMO_FLAGS)
+demo: build
+	$(GO) run ./loadtest/demo $(demo_args) -phases sellout,throughput
+demo-throughput: build
+	$(GO) run ./loadtest/demo $(demo_args) -phases throughput

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/seckill/stock/loadtest/driver"
+)
+
+// strategies is every STOCK_STRATEGY, in the order of service.md.
+var strategies = []string{"none", "lock", "version", "lock+version", "conditional", "for-update"}
+
+// phase is one scenario run once per strategy.
+type phase struct {
+	name        string
+	title       string
+	note        string
+	stock       int64
+	buyers      int
+	concurrency int
+	quantity    int
+}
+
+type options struct {
+	bin        string
+	goTool     string
+	strategies []string
+	phases     []phase
+	instances  int
+	mysqlBase  string
+	redis      string
+	out        string
+	retries    int
+	duration   time.Duration
+	keepDB     bool
+	logw       io.Writer
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		o          options
+		strats     = fs.String("strategies", strings.Join(strategies, ","), "comma list of strategies to run, in order")
+		phases     = fs.String("phases", "sellout,throughput", "comma list of phases: sellout, throughput")
+		sell       = phase{name: "sellout"}
+		tp         = phase{name: "throughput"}
+		quiet      = fs.Bool("q", false, "no progress lines")
+		defaultOut = filepath.Join("loadtest", "report")
+	)
+	fs.StringVar(&o.bin, "bin", "", "the stock binary (default: go build ./cmd/stock into a temporary directory)")
+	fs.StringVar(&o.goTool, "go", "go", "the go command, to build the binary when -bin is not given")
+	fs.IntVar(&o.instances, "instances", 3, "instances per strategy")
+	fs.StringVar(&o.mysqlBase, "mysql", "root@tcp(127.0.0.1:3306)/", "MySQL server, as a DSN without a database; each run gets a fresh database on it")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address")
+	fs.StringVar(&o.out, "out", defaultOut, "report directory: report.json, report.html and the instances' logs")
+	fs.IntVar(&o.retries, "retries", 3, "retries of one order, same key, on 429/502/503/504/no response")
+	fs.DurationVar(&o.duration, "duration", 3*time.Minute, "cap on each run's buying phase")
+	fs.BoolVar(&o.keepDB, "keep-db", false, "keep each run's database (default: dropped after the run)")
+	fs.Int64Var(&sell.stock, "stock", 1000, "sellout: units of stock")
+	fs.IntVar(&sell.buyers, "buyers", 5000, "sellout: buyers, one order each")
+	fs.IntVar(&sell.concurrency, "concurrency", 200, "sellout: concurrent buyers")
+	fs.IntVar(&sell.quantity, "quantity", 1, "sellout: units per order")
+	fs.Int64Var(&tp.stock, "tp-stock", 1_000_000, "throughput: units of stock (enough not to sell out)")
+	fs.IntVar(&tp.buyers, "tp-buyers", 20_000, "throughput: buyers")
+	fs.IntVar(&tp.concurrency, "tp-concurrency", 200, "throughput: concurrent buyers")
+	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, s := range splitList(*strats) {
+		if !slices.Contains(strategies, s) {
+			return fmt.Errorf("-strategies: unknown strategy %q; want some of %s", s, strings.Join(strategies, ","))
+		}
+		o.strategies = append(o.strategies, s)
+	}
+	for _, p := range splitList(*phases) {
+		switch p {
+		case "sellout":
+			sell.title = fmt.Sprintf("Sell-out: %d units, %d buyers x %d, %d concurrent, %d instances",
+				sell.stock, sell.buyers, sell.quantity, sell.concurrency, o.instances)
+			sell.note = "The zero-oversell proof: none must oversell (and be caught by the audit and by MySQL); every other strategy must sell exactly the stock."
+			o.phases = append(o.phases, sell)
+		case "throughput":
+			tp.title = fmt.Sprintf("Throughput: %d units, %d buyers x %d, %d concurrent, %d instances",
+				tp.stock, tp.buyers, tp.quantity, tp.concurrency, o.instances)
+			tp.note = "The stock does not sell out, so orders/s counts orders, not rejections. none shows lost updates instead of an oversell."
+			o.phases = append(o.phases, tp)
+		default:
+			return fmt.Errorf("-phases: unknown phase %q; want sellout and/or throughput", p)
+		}
+	}
+	if len(o.strategies) == 0 || len(o.phases) == 0 {
+		return errors.New("nothing to run: -strategies and -phases must not be empty")
+	}
+	if o.instances < 1 || o.instances > 16 {
+		return fmt.Errorf("-instances %d: want 1..16", o.instances)
+	}
+	o.logw = stderr
+	if *quiet {
+		o.logw = io.Discard
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.bin == "" {
+		dir, err := os.MkdirTemp("", "stock-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintln(o.logw, "demo: building cmd/stock")
+		if o.bin, err = buildStock(ctx, o.goTool, dir); err != nil {
+			return err
+		}
+	}
+	rep, err := demo(ctx, o, stdout)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	for name, write := range map[string]func(io.Writer, driver.Report) error{
+		"report.json": func(w io.Writer, r driver.Report) error { return driver.WriteJSON(w, r) },
+		"report.html": driver.WriteHTML,
+	} {
+		if err := writeFile(filepath.Join(o.out, name), func(w io.Writer) error { return write(w, rep) }); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\nreport: %s, %s\n", filepath.Join(o.out, "report.html"), filepath.Join(o.out, "report.json"))
+	if !rep.Passed {
+		return errors.New("at least one run did not show what it should (see FAIL above)")
+	}
+	return nil
+}
+
+// demo runs every phase for every strategy and prints each phase's table.
+func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, error) {
+	runID := driver.NewRunID()
+	token := "demo-" + driver.NewRunID()
+	var sections []driver.Section
+	for _, p := range o.phases {
+		var runs []*driver.Result
+		for _, s := range o.strategies {
+			res, err := runStrategy(ctx, o, p, s, runID, token)
+			if err != nil {
+				return driver.Report{}, fmt.Errorf("%s, %s: %w", p.name, s, err)
+			}
+			runs = append(runs, res)
+			if !res.Passed {
+				fmt.Fprintf(o.logw, "demo: %s/%s FAILED:\n", p.name, s)
+				driver.WriteSummary(o.logw, res)
+			}
+		}
+		g := goals(runs)
+		fmt.Fprintf(stdout, "\n%s\n", p.title)
+		if err := driver.WriteTable(stdout, runs); err != nil {
+			return driver.Report{}, err
+		}
+		for _, line := range g {
+			fmt.Fprintln(stdout, "  "+line)
+		}
+		sections = append(sections, driver.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs})
+	}
+	title := fmt.Sprintf("seckill demo: %d instances per strategy", o.instances)
+	return driver.NewReport(title, sections...), nil
+}
+
+// runStrategy is one run: fresh database, o.instances instances, the driver,
+// stop, and the instances' exit checked.
+func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token string) (*driver.Result, error) {
+	prefix := ""
+	if p.name == "throughput" {
+		prefix = "tp_"
+	}
+	dsn, err := dsnFor(o.mysqlBase, "stock_demo_"+prefix+dbSafe(strategy)+"_"+runID)
+	if err != nil {
+		return nil, err
+	}
+	if err := dropDatabase(ctx, dsn); err != nil {
+		return nil, fmt.Errorf("drop old database: %w", err)
+	}
+	if err := migrate(ctx, o.bin, dsn); err != nil {
+		return nil, err
+	}
+	if !o.keepDB {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := dropDatabase(dctx, dsn); err != nil {
+				fmt.Fprintf(o.logw, "demo: drop database: %v\n", err)
+			}
+		}()
+	}
+	f, err := startFleet(ctx, fleetConfig{
+		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: strategy,
+		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer f.stop()
+	res, err := driver.Run(ctx, driver.Config{
+		URLs: f.URLs(), Stock: p.stock, Buyers: p.buyers, Concurrency: p.concurrency, Quantity: p.quantity,
+		AdminToken: token, Retries: o.retries, Duration: o.duration, MySQLDSN: dsn, RedisAddr: o.redis,
+		ExpectOversell: strategy == "none", Label: strategy, Log: o.logw,
+	})
+	stopped := f.stop()
+	if err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, f.logs())
+	}
+	res.Instances = stopped
+	for i, in := range stopped {
+		res.AddCheck(fmt.Sprintf("instance %d exited 0 after SIGTERM", i), in.ExitOK, errNotGraceful.Error()+"; log "+f.instances[i].logPath)
+	}
+	return res, nil
+}
+
+// goals states the performance goals for one phase's runs.
+func goals(runs []*driver.Result) []string {
+	var lv, cond *driver.Result
+	var peak int64
+	for _, r := range runs {
+		switch r.Label {
+		case "lock+version":
+			lv = r
+		case "conditional":
+			cond = r
+		}
+		for _, in := range r.Instances {
+			peak = max(peak, in.PeakRSSBytes)
+		}
+	}
+	met := func(ok bool) string {
+		if ok {
+			return "MET"
+		}
+		return "NOT MET"
+	}
+	var out []string
+	if lv != nil && cond != nil && cond.OrdersPerSec > 0 {
+		ratio := lv.OrdersPerSec / cond.OrdersPerSec
+		out = append(out, fmt.Sprintf("goal lock+version >= 0.5x conditional orders/s: %.0f vs %.0f = %.2fx, %s.",
+			lv.OrdersPerSec, cond.OrdersPerSec, ratio, met(ratio >= 0.5)))
+	}
+	if lv != nil {
+		out = append(out, fmt.Sprintf("goal lock+version p99 < 100 ms at %d concurrent: %.1f ms, %s.",
+			lv.Concurrency, lv.Latency.P99, met(lv.Latency.P99 < 100)))
+	}
+	if peak > 0 {
+		out = append(out, fmt.Sprintf("goal every instance < 100 MiB RSS: peak %.1f MiB, %s.", float64(peak)/(1<<20), met(peak < 100<<20)))
+	}
+	return out
+}
+
+func dbSafe(s string) string {
+	return strings.NewReplacer("+", "_", "-", "_").Replace(s)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seckill/stock/internal/testserver"
+	"github.com/seckill/stock/loadtest/driver"
+)
+
+// TestProof is the short version of `make demo`: the real binary, three
+// instances on one database, 400 buyers for 100 units. lock+version must sell
+// exactly the stock with every invariant proven from the audit and MySQL;
+// none must oversell and the driver must catch it.
+func TestProof(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bin, err := buildStock(ctx, "go", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		strategy       string
+		expectOversell bool
+	}{
+		{"lock+version", false},
+		{"none", true},
+	} {
+		t.Run(tc.strategy, func(t *testing.T) {
+			t.Parallel()
+			dsn := testserver.Database(t) // t_<test>_<nanos>, dropped at the end
+			if err := migrate(ctx, bin, dsn); err != nil {
+				t.Fatal(err)
+			}
+			token := "proof-" + driver.NewRunID()
+			f, err := startFleet(ctx, fleetConfig{
+				Bin: bin, N: 3, DSN: dsn, RedisAddr: testserver.SharedRedis, AdminToken: token,
+				Strategy: tc.strategy, LogDir: t.TempDir(), Name: dbSafe(tc.strategy),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.stop() })
+
+			cfg := driver.Config{
+				URLs: f.URLs(), Stock: 100, Buyers: 400, Concurrency: 50, Quantity: 1, AdminToken: token,
+				Retries: 3, Duration: 40 * time.Second, MySQLDSN: dsn, ExpectOversell: tc.expectOversell,
+				Label: tc.strategy,
+			}
+			res, err := driver.Run(ctx, cfg)
+			if err != nil {
+				t.Fatalf("driver.Run(%s) = %v\n%s", tc.strategy, err, f.logs())
+			}
+			for i, in := range f.stop() {
+				if !in.ExitOK {
+					t.Errorf("instance %d (%s) did not exit 0 after SIGTERM\n%s", i, in.URL, f.logs())
+				}
+				if in.PeakRSSBytes <= 0 {
+					t.Errorf("instance %d: peak RSS %d; want > 0", i, in.PeakRSSBytes)
+				}
+			}
+			var out strings.Builder
+			driver.WriteSummary(&out, res)
+			t.Log(out.String())
+			if !res.Passed {
+				t.Fatalf("strategy %s: run failed: %+v", tc.strategy, res.Failed())
+			}
+			if res.MySQL == nil {
+				t.Fatalf("strategy %s: no MySQL verification", tc.strategy)
+			}
+			if tc.expectOversell {
+				if !res.OversellDetected || res.Oversold == 0 && res.LostUpdates == 0 {
+					t.Fatalf("strategy none: oversold %d, lost updates %d; want an oversell detected", res.Oversold, res.LostUpdates)
+				}
+				return
+			}
+			if res.Sold != 100 || res.Oversold != 0 || res.Created != 100 || res.MySQL.Units != 100 || res.Audit.Available != 0 {
+				t.Fatalf("strategy %s: sold %d, oversold %d, 201s %d, MySQL units %d, available %d; want 100, 0, 100, 100, 0",
+					tc.strategy, res.Sold, res.Oversold, res.Created, res.MySQL.Units, res.Audit.Available)
+			}
+		})
+	}
+}

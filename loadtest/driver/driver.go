@@ -1,0 +1,656 @@
+// Package driver runs the "seckill" load scenario of loadtest.md against one
+// or more instances of the stock service and proves the result from the
+// server's own state: N buyers race for one SKU, each placing one order under
+// its own Idempotency-Key, and afterwards the audit endpoint and (optionally)
+// MySQL itself must show that exactly min(stock, demand) was sold, nothing
+// was oversold and every order a buyer was told about exists exactly once.
+//
+// It mirrors loadtest/k6/seckill.js: the same setup (set the stock through
+// the admin API, read it back through every instance), the same buyers
+// (round-robin over the base URLs, retried with the SAME key on 429, 502,
+// 503, 504 and no response, backing off per Retry-After) and the same
+// invariants. Run is the whole scenario; WriteJSON, WriteTable and WriteHTML
+// report one or more results.
+//
+// The driver only talks to loopback addresses, and every run is bounded in
+// buyers, concurrency and time.
+package driver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds on one run, so a typo cannot turn a load test into a flood.
+const (
+	MaxBuyers      = 1_000_000
+	MaxConcurrency = 2_000
+	MaxRetries     = 10
+	MaxDuration    = 30 * time.Minute
+	MaxQuantity    = 100
+	MaxStock       = 1_000_000_000
+)
+
+// BucketWidth is the width of one bucket of Result.Timeline.
+const BucketWidth = 100 * time.Millisecond
+
+// Config is one run of the scenario.
+type Config struct {
+	URLs        []string // base URLs of the instances, loopback only; buyers are spread over them
+	SKU         string   // empty: "seckill-<run id>", a fresh SKU per run
+	Stock       int64    // units set through the admin API before the run
+	Buyers      int      // buyers, one order each
+	Concurrency int      // concurrent buyers (connections)
+	Quantity    int      // units per order
+	AdminToken  string   // bearer token of the admin API (required)
+	Retries     int      // retries of one order with the same key on 429/502/503/504/no response
+	// Duration caps the buying phase (default 2m); buyers not started by then
+	// are not run, and the run fails its sell-out check.
+	Duration       time.Duration
+	MySQLDSN       string        // optional: verify in MySQL directly too (go-sql-driver DSN of the service's database)
+	RedisAddr      string        // optional: only to report the Redis version
+	ExpectOversell bool          // the run passes only if an oversell (or lost update) is detected
+	RequestTimeout time.Duration // per HTTP request (default 10s)
+	ReadyTimeout   time.Duration // how long to wait for every /readyz (default 30s)
+	Label          string        // names the run in reports (e.g. the strategy); default the SKU
+	Log            io.Writer     // progress lines; nil: none
+}
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// Validate checks the bounds and that every URL is a loopback http URL.
+func (c *Config) Validate() error {
+	if len(c.URLs) == 0 {
+		return errors.New("driver: no base URL")
+	}
+	for i, raw := range c.URLs {
+		u, err := url.Parse(strings.TrimRight(strings.TrimSpace(raw), "/"))
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" || u.RawQuery != "" {
+			return fmt.Errorf("driver: base URL %q: want http://HOST:PORT", raw)
+		}
+		if !loopback(u.Hostname()) {
+			return fmt.Errorf("driver: base URL %q: load tests target loopback addresses only (127.0.0.1, ::1, localhost)", raw)
+		}
+		c.URLs[i] = u.String()
+	}
+	switch {
+	case c.SKU != "" && !tokenRE.MatchString(c.SKU):
+		return fmt.Errorf("driver: sku %q: want 1-64 chars of [A-Za-z0-9._:-]", c.SKU)
+	case c.Stock < 0 || c.Stock > MaxStock:
+		return fmt.Errorf("driver: stock %d: want 0..%d", c.Stock, MaxStock)
+	case c.Buyers < 1 || c.Buyers > MaxBuyers:
+		return fmt.Errorf("driver: buyers %d: want 1..%d", c.Buyers, MaxBuyers)
+	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
+		return fmt.Errorf("driver: concurrency %d: want 1..%d", c.Concurrency, MaxConcurrency)
+	case c.Quantity < 1 || c.Quantity > MaxQuantity:
+		return fmt.Errorf("driver: quantity %d: want 1..%d", c.Quantity, MaxQuantity)
+	case c.Retries < 0 || c.Retries > MaxRetries:
+		return fmt.Errorf("driver: retries %d: want 0..%d", c.Retries, MaxRetries)
+	case c.Duration < 0 || c.Duration > MaxDuration:
+		return fmt.Errorf("driver: duration %v: want at most %v", c.Duration, MaxDuration)
+	case c.AdminToken == "":
+		return errors.New("driver: an admin token is required: setup sets the stock through the admin API")
+	}
+	if c.Duration == 0 {
+		c.Duration = 2 * time.Minute
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = 30 * time.Second
+	}
+	return nil
+}
+
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Expected returns the orders and units a correct server sells:
+// min(floor(stock/quantity), buyers) whole orders.
+func (c Config) Expected() (orders, units int64) {
+	orders = min(c.Stock/int64(c.Quantity), int64(c.Buyers))
+	return orders, orders * int64(c.Quantity)
+}
+
+// Sellable is the most orders the stock can fill.
+func (c Config) Sellable() int64 { return c.Stock / int64(c.Quantity) }
+
+// Result is everything one run measured and proved. The JSON field names are
+// the report format.
+type Result struct {
+	Label   string    `json:"label"`
+	SKU     string    `json:"sku"`
+	RunID   string    `json:"run_id"`
+	Started time.Time `json:"started"`
+
+	URLs        []string `json:"urls"`
+	Stock       int64    `json:"stock"`
+	Buyers      int      `json:"buyers"`
+	Concurrency int      `json:"concurrency"`
+	Quantity    int      `json:"quantity"`
+	Retries     int      `json:"retries"`
+	CapSeconds  float64  `json:"cap_seconds"`
+
+	ExpectedOrders int64 `json:"expected_orders"`
+	ExpectedSold   int64 `json:"expected_sold"`
+
+	Seconds          float64        `json:"seconds"`            // the buying phase, first request to last answer
+	LastOrderSeconds float64        `json:"last_order_seconds"` // when the last 201 arrived (the sell-out moment)
+	Aborted          bool           `json:"aborted"`            // the duration cap ended the run early
+	BuyersRun        int            `json:"buyers_run"`
+	Requests         int            `json:"requests"`
+	Statuses         map[string]int `json:"statuses"` // per request: "201", "409", "429", "no-response", ...
+	Outcomes         map[string]int `json:"outcomes"` // per buyer, its last answer
+	Created          int            `json:"created"`  // 201s
+	Replayed         int            `json:"replayed"` // 200s (a retry of an order that had been committed)
+	BadEchoes        int            `json:"bad_echoes"`
+	OrdersPerSec     float64        `json:"orders_per_sec"` // 201s per second of the buying phase
+	RequestsPerSec   float64        `json:"requests_per_sec"`
+	Latency          Latency        `json:"latency"` // every order request, retries included
+	Timeline         Timeline       `json:"timeline"`
+
+	Metrics   Metrics    `json:"metrics"`
+	Instances []Instance `json:"instances,omitempty"` // filled by whoever started the instances
+	Machine   Machine    `json:"machine"`
+
+	Audit    *Audit      `json:"audit,omitempty"`
+	MySQL    *MySQLState `json:"mysql,omitempty"`
+	Sold     int64       `json:"sold"`     // units sold this run, per the stock row
+	Orders   int64       `json:"orders"`   // orders placed this run (audit)
+	Units    int64       `json:"units"`    // units in those orders
+	Oversold int64       `json:"oversold"` // units ordered beyond the stock
+	// LostUpdates is units in orders that the stock row does not account for
+	// (units - sold): the read-check-write race of the unsafe strategy.
+	LostUpdates int64 `json:"lost_updates"`
+
+	Checks           []Check `json:"checks"`
+	ExpectOversell   bool    `json:"expect_oversell"`
+	OversellDetected bool    `json:"oversell_detected"`
+	Passed           bool    `json:"passed"`
+}
+
+// Latency summarises request latencies, in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50_ms"`
+	P95  float64 `json:"p95_ms"`
+	P99  float64 `json:"p99_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+// Timeline counts answers per BucketWidth of the buying phase.
+type Timeline struct {
+	BucketMS int   `json:"bucket_ms"`
+	Created  []int `json:"created"`  // 201s
+	Requests []int `json:"requests"` // every answer
+}
+
+// Instance is one server process, as seen by whoever started it.
+type Instance struct {
+	URL          string `json:"url"`
+	PID          int    `json:"pid,omitempty"`
+	PeakRSSBytes int64  `json:"peak_rss_bytes,omitempty"` // VmHWM just before stopping
+	ExitOK       bool   `json:"exit_ok"`                  // exited 0 after SIGTERM
+}
+
+// Check is one verified invariant.
+type Check struct {
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Oversell marks the checks an oversell (or a lost update) breaks; with
+	// ExpectOversell the others must still hold.
+	Oversell bool   `json:"oversell"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// Audit is the body of GET /v1/admin/stock/{sku}/audit.
+type Audit struct {
+	SKU             string   `json:"sku"`
+	Available       int64    `json:"available"`
+	Sold            int64    `json:"sold"`
+	Stocked         int64    `json:"stocked"`
+	Orders          int64    `json:"orders"`
+	OrderedQuantity int64    `json:"ordered_quantity"`
+	DistinctKeys    int64    `json:"distinct_keys"`
+	LedgerRestocked int64    `json:"ledger_restocked"`
+	LedgerSold      int64    `json:"ledger_sold"`
+	Oversold        int64    `json:"oversold"`
+	Consistent      bool     `json:"consistent"`
+	Problems        []string `json:"problems"`
+}
+
+type stockBody struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	Sold      int64  `json:"sold"`
+	Version   int64  `json:"version"`
+}
+
+type orderBody struct {
+	ID       int64  `json:"id"`
+	Key      string `json:"idempotency_key"`
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+}
+
+// ack is an order a buyer was told about (201, or 200 for a replay).
+type ack struct {
+	buyer  int
+	status int
+	order  orderBody
+}
+
+// attempt is one order request.
+type attempt struct {
+	at      time.Duration // answer, since the start of the buying phase
+	latency time.Duration
+	status  string
+}
+
+// buyer is the outcome of one buyer.
+type buyer struct {
+	last     string // status of the last try
+	answered bool   // the last try got an HTTP answer
+	ack      *ack
+}
+
+type runner struct {
+	cfg    Config
+	client *http.Client
+	runID  string
+	sku    string
+	start  time.Time
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.cfg.Log != nil {
+		fmt.Fprintf(r.cfg.Log, "loadtest: "+format+"\n", args...)
+	}
+}
+
+// NewRunID returns a short id, unique per run: a timestamp and random bits,
+// so parallel runs never share a SKU or a key.
+func NewRunID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return strconv.FormatInt(time.Now().UnixMilli(), 36) + hex.EncodeToString(b[:])
+}
+
+// Run runs the scenario: setup, the buyers, then the verification. It
+// returns an error only when the scenario could not be run at all (bad
+// config, an instance not ready, setup refused); broken invariants are in
+// Result.Checks and make Result.Passed false.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, runID: NewRunID()}
+	r.sku = cfg.SKU
+	if r.sku == "" {
+		r.sku = "seckill-" + r.runID
+	}
+	tr := &http.Transport{
+		Proxy:               nil, // never through a proxy: loopback only
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        2 * cfg.Concurrency,
+		MaxIdleConnsPerHost: cfg.Concurrency,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true,
+	}
+	defer tr.CloseIdleConnections()
+	r.client = &http.Client{Transport: tr, Timeout: cfg.RequestTimeout}
+
+	res := &Result{
+		Label: cfg.Label, SKU: r.sku, RunID: r.runID, URLs: cfg.URLs,
+		Stock: cfg.Stock, Buyers: cfg.Buyers, Concurrency: cfg.Concurrency, Quantity: cfg.Quantity,
+		Retries: cfg.Retries, CapSeconds: cfg.Duration.Seconds(), ExpectOversell: cfg.ExpectOversell,
+	}
+	if res.Label == "" {
+		res.Label = r.sku
+	}
+	res.ExpectedOrders, res.ExpectedSold = cfg.Expected()
+	res.Machine = machine(ctx, cfg.MySQLDSN, cfg.RedisAddr)
+
+	for _, base := range cfg.URLs {
+		if err := r.waitReady(ctx, base); err != nil {
+			return nil, err
+		}
+	}
+	before, err := r.setup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var db *mysqlCheck
+	if cfg.MySQLDSN != "" {
+		if db, err = openMySQL(ctx, cfg.MySQLDSN); err != nil {
+			return nil, err
+		}
+		defer db.close()
+		if err := db.baseline(ctx, r.sku); err != nil {
+			return nil, err
+		}
+	}
+	m0 := r.scrapeAll(ctx)
+	r.logf("%s: sku=%s stock=%d buyers=%d x %d concurrency=%d over %d instance(s); expect sold=%d",
+		res.Label, r.sku, cfg.Stock, cfg.Buyers, cfg.Quantity, cfg.Concurrency, len(cfg.URLs), res.ExpectedSold)
+
+	buyers, attempts := r.buy(ctx, res)
+
+	m1 := r.scrapeAll(ctx)
+	res.Metrics = diffMetrics(cfg.URLs, m0, m1)
+	summarise(res, buyers, attempts)
+
+	after, err := r.audit(ctx, cfg.URLs[0])
+	if err != nil {
+		return nil, fmt.Errorf("driver: audit after the run: %w", err)
+	}
+	res.Audit = &after
+	var acks []ack
+	for _, b := range buyers {
+		if b.ack != nil {
+			acks = append(acks, *b.ack)
+		}
+	}
+	verify(res, cfg, before, after, acks)
+	if db != nil {
+		st, err := db.verify(ctx, res, cfg, r.runID, acks, buyers)
+		if err != nil {
+			return nil, err
+		}
+		res.MySQL = st
+	}
+	decide(res)
+	r.logf("%s: sold %d (want %d), oversold %d, lost updates %d, %.0f orders/s, p50 %.1fms p99 %.1fms, passed=%v",
+		res.Label, res.Sold, res.ExpectedSold, res.Oversold, res.LostUpdates, res.OrdersPerSec, res.Latency.P50, res.Latency.P99, res.Passed)
+	return res, nil
+}
+
+// waitReady polls base/readyz until it answers 200, for at most ReadyTimeout.
+func (r *runner) waitReady(ctx context.Context, base string) error {
+	deadline := time.Now().Add(r.cfg.ReadyTimeout)
+	for {
+		status, _, err := r.do(ctx, http.MethodGet, base+"/readyz", nil, nil)
+		if err == nil && status == http.StatusOK {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("driver: %s/readyz not ready after %v: status %d, %v", base, r.cfg.ReadyTimeout, status, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// setup sets the stock, reads it back through every instance and returns the
+// audit before the run (its baseline: a reused SKU keeps its old sales).
+func (r *runner) setup(ctx context.Context) (Audit, error) {
+	path := "/v1/admin/stock/" + url.PathEscape(r.sku)
+	body, _ := json.Marshal(map[string]int64{"available": r.cfg.Stock})
+	status, out, err := r.do(ctx, http.MethodPut, r.cfg.URLs[0]+path, body, r.adminHeaders())
+	if err != nil || status != http.StatusOK {
+		return Audit{}, fmt.Errorf("driver: PUT %s: status %d, want 200: %v %s", path, status, err, clip(out))
+	}
+	var first *stockBody
+	for _, base := range r.cfg.URLs {
+		var s stockBody
+		status, out, err := r.do(ctx, http.MethodGet, base+"/v1/stock/"+url.PathEscape(r.sku), nil, nil)
+		if err == nil && status == http.StatusOK {
+			err = json.Unmarshal(out, &s)
+		}
+		if err != nil || status != http.StatusOK {
+			return Audit{}, fmt.Errorf("driver: GET %s/v1/stock/%s: status %d: %v %s", base, r.sku, status, err, clip(out))
+		}
+		if s.Available != r.cfg.Stock {
+			return Audit{}, fmt.Errorf("driver: GET %s/v1/stock/%s: available %d, want %d", base, r.sku, s.Available, r.cfg.Stock)
+		}
+		if first == nil {
+			first = &s
+		} else if s.Sold != first.Sold || s.Version != first.Version {
+			return Audit{}, fmt.Errorf("driver: GET %s/v1/stock/%s: sold/version %d/%d, %s says %d/%d",
+				base, r.sku, s.Sold, s.Version, r.cfg.URLs[0], first.Sold, first.Version)
+		}
+	}
+	a, err := r.audit(ctx, r.cfg.URLs[0])
+	if err != nil {
+		return Audit{}, err
+	}
+	if !a.Consistent {
+		return Audit{}, fmt.Errorf("driver: audit of %s inconsistent before the run: %v", r.sku, a.Problems)
+	}
+	return a, nil
+}
+
+func (r *runner) audit(ctx context.Context, base string) (Audit, error) {
+	var a Audit
+	status, out, err := r.do(ctx, http.MethodGet, base+"/v1/admin/stock/"+url.PathEscape(r.sku)+"/audit", nil, r.adminHeaders())
+	if err == nil && status == http.StatusOK {
+		err = json.Unmarshal(out, &a)
+	}
+	if err != nil || status != http.StatusOK {
+		return Audit{}, fmt.Errorf("driver: audit of %s at %s: status %d: %v %s", r.sku, base, status, err, clip(out))
+	}
+	return a, nil
+}
+
+func (r *runner) adminHeaders() http.Header {
+	return http.Header{"Authorization": {"Bearer " + r.cfg.AdminToken}}
+}
+
+// do sends one request and reads the whole answer.
+func (r *runner) do(ctx context.Context, method, u string, body []byte, h http.Header) (int, []byte, error) {
+	resp, _, err := r.send(ctx, method, u, body, h)
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.status, resp.body, nil
+}
+
+type answer struct {
+	status     int
+	body       []byte
+	retryAfter string
+}
+
+func (r *runner) send(ctx context.Context, method, u string, body []byte, h http.Header) (answer, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return answer{}, 0, err
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	t0 := time.Now()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return answer{}, time.Since(t0), err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	d := time.Since(t0)
+	if err != nil {
+		return answer{}, d, err
+	}
+	return answer{status: resp.StatusCode, body: out, retryAfter: resp.Header.Get("Retry-After")}, d, nil
+}
+
+// buy runs every buyer with Concurrency workers and returns each buyer's
+// outcome and every request.
+func (r *runner) buy(ctx context.Context, res *Result) ([]buyer, []attempt) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
+	defer cancel()
+	payload, _ := json.Marshal(map[string]any{"sku": r.sku, "quantity": r.cfg.Quantity})
+	buyers := make([]buyer, r.cfg.Buyers)
+	perWorker := make([][]attempt, r.cfg.Concurrency)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	r.start = time.Now()
+	res.Started = r.start
+	for w := range r.cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= r.cfg.Buyers || ctx.Err() != nil {
+					return
+				}
+				buyers[i] = r.buyer(ctx, i, payload, &perWorker[w])
+			}
+		})
+	}
+	wg.Wait()
+	res.Seconds = time.Since(r.start).Seconds()
+	res.Aborted = ctx.Err() != nil
+	res.BuyersRun = int(min(next.Load(), int64(r.cfg.Buyers)))
+	var all []attempt
+	for _, a := range perWorker {
+		all = append(all, a...)
+	}
+	return buyers, all
+}
+
+// buyer places one order under one key, retrying with that key while the
+// answer is "not now" (429, 502, 503, 504 or none).
+func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attempt) buyer {
+	base := r.cfg.URLs[i%len(r.cfg.URLs)]
+	key := r.runID + "-" + strconv.Itoa(i)
+	h := http.Header{"Idempotency-Key": {key}}
+	var b buyer
+	for try := 0; ; try++ {
+		ans, d, err := r.send(ctx, http.MethodPost, base+"/v1/orders", payload, h)
+		if err != nil && ctx.Err() != nil {
+			// The duration cap, not the server: neither an answer nor a latency.
+			b.last, b.answered = "aborted", false
+			return b
+		}
+		status := "no-response"
+		if err == nil {
+			status = strconv.Itoa(ans.status)
+		}
+		*log = append(*log, attempt{at: time.Since(r.start), latency: d, status: status})
+		b.last, b.answered = status, err == nil
+		switch {
+		case err != nil:
+		case ans.status == http.StatusCreated || ans.status == http.StatusOK:
+			var o orderBody
+			_ = json.Unmarshal(ans.body, &o)
+			b.ack = &ack{buyer: i, status: ans.status, order: o}
+			return b
+		case ans.status == http.StatusTooManyRequests, ans.status == http.StatusBadGateway,
+			ans.status == http.StatusServiceUnavailable, ans.status == http.StatusGatewayTimeout:
+		default: // 409 sold out, or a 4xx that will not change
+			return b
+		}
+		if try >= r.cfg.Retries {
+			return b
+		}
+		t := time.NewTimer(backoff(ans.retryAfter, try))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return b
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is the pause before retry number try+1: Retry-After when it is
+// given in seconds, else 50ms doubling, capped at 5s, with +-50% jitter.
+func backoff(retryAfter string, try int) time.Duration {
+	base := 0.05 * math.Pow(2, float64(try))
+	if s, err := strconv.ParseFloat(retryAfter, 64); err == nil && s >= 0 {
+		base = s
+	}
+	return time.Duration(min(base, 5) * (0.5 + mrand.Float64()) * float64(time.Second))
+}
+
+// summarise fills the counts, rates, latencies and timeline.
+func summarise(res *Result, buyers []buyer, attempts []attempt) {
+	res.Statuses = map[string]int{}
+	res.Outcomes = map[string]int{}
+	res.Requests = len(attempts)
+	lat := make([]time.Duration, 0, len(attempts))
+	var last time.Duration
+	var sum time.Duration
+	n := int(math.Ceil(res.Seconds*float64(time.Second)/float64(BucketWidth))) + 1
+	res.Timeline = Timeline{BucketMS: int(BucketWidth / time.Millisecond), Created: make([]int, n), Requests: make([]int, n)}
+	for _, a := range attempts {
+		res.Statuses[a.status]++
+		lat = append(lat, a.latency)
+		sum += a.latency
+		bi := min(int(a.at/BucketWidth), n-1)
+		res.Timeline.Requests[bi]++
+		if a.status == "201" {
+			res.Timeline.Created[bi]++
+			last = max(last, a.at)
+		}
+	}
+	for i := range buyers[:res.BuyersRun] {
+		b := &buyers[i]
+		if b.last == "" {
+			b.last = "aborted"
+		}
+		res.Outcomes[b.last]++
+		if b.ack != nil {
+			if b.ack.status == http.StatusCreated {
+				res.Created++
+			} else {
+				res.Replayed++
+			}
+		}
+	}
+	res.LastOrderSeconds = last.Seconds()
+	if res.Seconds > 0 {
+		res.OrdersPerSec = float64(res.Created) / res.Seconds
+		res.RequestsPerSec = float64(res.Requests) / res.Seconds
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	if len(lat) > 0 {
+		res.Latency = Latency{
+			P50: ms(quantile(lat, .50)), P95: ms(quantile(lat, .95)), P99: ms(quantile(lat, .99)),
+			Max: ms(lat[len(lat)-1]), Mean: ms(sum / time.Duration(len(lat))),
+		}
+	}
+}
+
+// quantile is the nearest-rank quantile of sorted durations.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func clip(b []byte) string {
+	if len(b) > 200 {
+		b = b[:200]
+	}
+	return strings.TrimSpace(string(b))
+}

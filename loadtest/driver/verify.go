@@ -1,0 +1,278 @@
+package driver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+
+	_ "github.com/go-sql-driver/mysql" // database/sql driver
+)
+
+func (res *Result) check(name string, ok, oversell bool, format string, args ...any) {
+	c := Check{Name: name, OK: ok, Oversell: oversell}
+	if !ok || format != "" {
+		c.Detail = fmt.Sprintf(format, args...)
+	}
+	res.Checks = append(res.Checks, c)
+}
+
+// verify checks the invariants that the audit and the buyers' answers prove.
+func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
+	res.Sold = after.Sold - before.Sold
+	res.Orders = after.Orders - before.Orders
+	res.Units = after.OrderedQuantity - before.OrderedQuantity
+	res.Oversold = max(after.Oversold, res.Units-cfg.Stock, 0)
+	res.LostUpdates = max(res.Units-res.Sold, 0)
+	q := int64(cfg.Quantity)
+
+	res.check("audit consistent", after.Consistent, true, "%s", strings.Join(after.Problems, "; "))
+	res.check("oversold == 0", res.Oversold == 0, true, "oversold %d units (audit %d; %d units ordered this run for a stock of %d)",
+		res.Oversold, after.Oversold, res.Units, cfg.Stock)
+	res.check("sold == min(stock, demand)", res.Sold == res.ExpectedSold, true,
+		"sold %d this run, want %d = min(floor(%d/%d), %d) x %d", res.Sold, res.ExpectedSold, cfg.Stock, q, cfg.Buyers, q)
+	res.check("available == stock - sold", after.Available == cfg.Stock-res.Sold, true,
+		"available %d, want %d - %d = %d", after.Available, cfg.Stock, res.Sold, cfg.Stock-res.Sold)
+	res.check("units in orders == sold", res.Units == res.Sold, true,
+		"orders hold %d units this run, the stock row sold %d (%d lost updates)", res.Units, res.Sold, res.LostUpdates)
+	res.check("201s <= sellable orders", int64(res.Created) <= cfg.Sellable(), true,
+		"%d buyers saw 201, the stock fills %d orders", res.Created, cfg.Sellable())
+	res.check("orders == units / quantity", res.Orders*q == res.Units, false,
+		"%d orders x %d != %d units", res.Orders, q, res.Units)
+	res.check("orders <= buyers (one per key)", res.Orders <= int64(cfg.Buyers), false,
+		"%d orders this run for %d buyers", res.Orders, cfg.Buyers)
+
+	ids := map[int64]int{}
+	bad, dupIDs := 0, 0
+	for _, a := range acks {
+		o := a.order
+		if o.ID <= 0 || o.Key != keyOf(res.RunID, a.buyer) || o.SKU != res.SKU || o.Quantity != cfg.Quantity {
+			bad++
+		}
+		if _, seen := ids[o.ID]; seen {
+			dupIDs++
+		}
+		ids[o.ID] = a.buyer
+	}
+	res.BadEchoes = bad
+	res.check("every 201/200 echoes its key, sku and quantity", bad == 0, false, "%d acknowledgements did not", bad)
+	res.check("no two buyers told the same order id", dupIDs == 0, false, "%d duplicate order ids", dupIDs)
+	res.check("acknowledged orders <= orders in the audit", int64(len(acks)) <= res.Orders, false,
+		"%d buyers were told of an order, the audit has %d orders this run", len(acks), res.Orders)
+	res.check("run finished within the duration cap", !res.Aborted, false,
+		"the %.0fs cap ended the run: %d of %d buyers ran", res.CapSeconds, res.BuyersRun, cfg.Buyers)
+}
+
+// decide sets OversellDetected and Passed from the checks.
+func decide(res *Result) {
+	res.OversellDetected = res.Oversold > 0 || res.LostUpdates > 0 ||
+		res.MySQL != nil && (res.MySQL.Oversold > 0 || res.MySQL.LostUpdates > 0)
+	if res.ExpectOversell {
+		res.check("oversell detected (expected)", res.OversellDetected, false,
+			"oversold %d, lost updates %d: the unsafe run looked safe", res.Oversold, res.LostUpdates)
+	}
+	res.Passed = true
+	for _, c := range res.Checks {
+		if !c.OK && !(res.ExpectOversell && c.Oversell) {
+			res.Passed = false
+		}
+	}
+}
+
+// AddCheck records a check made outside the driver (say, by whoever started
+// and stopped the instances) and updates Passed.
+func (res *Result) AddCheck(name string, ok bool, detail string) {
+	c := Check{Name: name, OK: ok}
+	if !ok {
+		c.Detail = detail
+		res.Passed = false
+	}
+	res.Checks = append(res.Checks, c)
+}
+
+// Failed returns the checks that decide the run failed.
+func (res *Result) Failed() []Check {
+	var out []Check
+	for _, c := range res.Checks {
+		if !c.OK && !(res.ExpectOversell && c.Oversell) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func keyOf(runID string, buyer int) string { return runID + "-" + strconv.Itoa(buyer) }
+
+// MySQLState is what the driver read from MySQL itself after the run.
+type MySQLState struct {
+	Version        string `json:"version"`
+	Available      int64  `json:"available"`
+	Sold           int64  `json:"sold"` // this run, from the stock row
+	Stocked        int64  `json:"stocked"`
+	Orders         int64  `json:"orders"` // rows with this run's keys
+	Units          int64  `json:"units"`
+	LedgerSold     int64  `json:"ledger_sold"` // sale entries of the SKU, all runs
+	SKUUnits       int64  `json:"sku_units"`   // units of every order of the SKU, all runs
+	Unacknowledged int64  `json:"unacknowledged"`
+	Oversold       int64  `json:"oversold"`
+	LostUpdates    int64  `json:"lost_updates"`
+}
+
+type mysqlCheck struct {
+	db    *sql.DB
+	sold0 int64
+}
+
+func openMySQL(ctx context.Context, dsn string) (*mysqlCheck, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("driver: mysql dsn: %w", err)
+	}
+	db.SetMaxOpenConns(2)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("driver: mysql: %w", err)
+	}
+	return &mysqlCheck{db: db}, nil
+}
+
+func (m *mysqlCheck) close() { _ = m.db.Close() }
+
+func (m *mysqlCheck) baseline(ctx context.Context, sku string) error {
+	err := m.db.QueryRowContext(ctx, "SELECT sold FROM stock WHERE sku = ?", sku).Scan(&m.sold0)
+	if err != nil {
+		return fmt.Errorf("driver: mysql: the stock row of %s after setup: %w (is -mysql-dsn the service's database?)", sku, err)
+	}
+	return nil
+}
+
+type orderRow struct {
+	id       int64
+	sku      string
+	quantity int
+}
+
+// verify reads the stock row, this run's orders and the ledger straight from
+// MySQL and checks them against what the buyers were told.
+func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID string, acks []ack, buyers []buyer) (*MySQLState, error) {
+	st := &MySQLState{}
+	_ = m.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&st.Version)
+	if err := m.db.QueryRowContext(ctx, "SELECT available, sold, stocked FROM stock WHERE sku = ?", res.SKU).
+		Scan(&st.Available, &st.Sold, &st.Stocked); err != nil {
+		return nil, fmt.Errorf("driver: mysql: stock row: %w", err)
+	}
+	st.Sold -= m.sold0
+
+	// This run's keys are "<run id>-<buyer>"; the run id has no LIKE wildcards.
+	rows, err := m.db.QueryContext(ctx, "SELECT id, idempotency_key, sku, quantity FROM orders WHERE idempotency_key LIKE ?", runID+"-%")
+	if err != nil {
+		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
+	}
+	byKey := map[string][]orderRow{}
+	for rows.Next() {
+		var o orderRow
+		var key string
+		if err := rows.Scan(&o.id, &key, &o.sku, &o.quantity); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("driver: mysql: orders: %w", err)
+		}
+		byKey[key] = append(byKey[key], o)
+		st.Orders++
+		st.Units += int64(o.quantity)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
+	}
+	var dupKeys int64
+	if err := m.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT idempotency_key FROM orders WHERE sku = ? "+
+		"GROUP BY idempotency_key HAVING COUNT(*) > 1) d", res.SKU).Scan(&dupKeys); err != nil {
+		return nil, fmt.Errorf("driver: mysql: duplicate keys: %w", err)
+	}
+	if err := m.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sku = ?", res.SKU).Scan(&st.SKUUnits); err != nil {
+		return nil, fmt.Errorf("driver: mysql: orders of the sku: %w", err)
+	}
+	if err := m.db.QueryRowContext(ctx, "SELECT COALESCE(-SUM(delta), 0) FROM stock_ledger WHERE sku = ? AND kind = 'sale'", res.SKU).
+		Scan(&st.LedgerSold); err != nil {
+		return nil, fmt.Errorf("driver: mysql: ledger: %w", err)
+	}
+	st.Oversold = max(st.Units-cfg.Stock, 0)
+	st.LostUpdates = max(st.Units-st.Sold, 0)
+
+	res.check("mysql: available == stock - sold", st.Available == cfg.Stock-st.Sold, true,
+		"stock row: available %d, sold %d this run; want available %d", st.Available, st.Sold, cfg.Stock-st.Sold)
+	res.check("mysql: units in this run's orders == sold", st.Units == st.Sold, true,
+		"%d units in %d orders, the stock row sold %d", st.Units, st.Orders, st.Sold)
+	res.check("mysql: units in this run's orders <= stock", st.Units <= cfg.Stock, true,
+		"%d units ordered for a stock of %d", st.Units, cfg.Stock)
+
+	missing, wrong := 0, 0
+	acked := map[string]bool{}
+	var example string
+	for _, a := range acks {
+		key := keyOf(runID, a.buyer)
+		acked[key] = true
+		rs := byKey[key]
+		switch {
+		case len(rs) == 0:
+			missing++
+			if example == "" {
+				example = fmt.Sprintf("buyer %d was told order %d (key %s, status %d); MySQL has none", a.buyer, a.order.ID, key, a.status)
+			}
+		case len(rs) > 1 || rs[0].id != a.order.ID || rs[0].sku != res.SKU || rs[0].quantity != cfg.Quantity:
+			wrong++
+			if example == "" {
+				example = fmt.Sprintf("buyer %d was told order %d (key %s); MySQL has %+v", a.buyer, a.order.ID, key, rs)
+			}
+		}
+	}
+	res.check("mysql: every acknowledged order is exactly one row with its id and key", missing == 0 && wrong == 0, false,
+		"%d acknowledged orders missing, %d differ: %s", missing, wrong, example)
+
+	twice := 0
+	for _, rs := range byKey {
+		if len(rs) > 1 {
+			twice++
+		}
+	}
+	res.check("mysql: no key has two orders", dupKeys == 0 && twice == 0, false,
+		"%d keys of the sku and %d of this run have more than one order", dupKeys, twice)
+
+	// An order nobody was told about is fine only if its buyer never got an
+	// answer to its last try (the reply was lost, or the cap cut it off).
+	unexplained := 0
+	example = ""
+	for key, rs := range byKey {
+		if acked[key] {
+			continue
+		}
+		st.Unacknowledged++
+		i, err := strconv.Atoi(strings.TrimPrefix(key, runID+"-"))
+		if err != nil || i < 0 || i >= len(buyers) || buyers[i].answered {
+			unexplained++
+			if example == "" {
+				last := "?"
+				if err == nil && i >= 0 && i < len(buyers) {
+					last = buyers[i].last
+				}
+				example = fmt.Sprintf("order %d (key %s) exists, its buyer's last answer was %s", rs[0].id, key, last)
+			}
+		}
+	}
+	res.check("mysql: every order was acknowledged or its buyer got no final answer", unexplained == 0, false,
+		"%d unacknowledged orders (%d unexplained): %s", st.Unacknowledged, unexplained, example)
+	wrongQ := 0
+	for _, rs := range byKey {
+		for _, o := range rs {
+			if o.quantity != cfg.Quantity || o.sku != res.SKU {
+				wrongQ++
+			}
+		}
+	}
+	res.check("mysql: every order of this run has its sku and quantity", wrongQ == 0, false,
+		"%d orders with another sku or quantity", wrongQ)
+	res.check("mysql: ledger sales == units in the sku's orders", st.LedgerSold == st.SKUUnits, false,
+		"ledger sold %d, orders hold %d", st.LedgerSold, st.SKUUnits)
+	return st, nil
+}
