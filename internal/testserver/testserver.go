@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -207,3 +208,105 @@ func (m *MariaDB) Kill() {
 	_ = m.cmd.Wait()
 	m.cmd = nil
 }
+
+// StartCluster starts a Redis Cluster of three masters (no replicas) on free
+// ports and returns their addresses once every slot is served.
+func StartCluster(t testing.TB) []string {
+	t.Helper()
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		dir := t.TempDir()
+		r := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000")
+		addrs = append(addrs, r.Addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, err := c.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			ok := true
+			for _, a := range addrs {
+				n := redis.NewClient(&redis.Options{Addr: a})
+				inf, err := n.ClusterInfo(context.Background()).Result()
+				n.Close()
+				ok = ok && err == nil && strings.Contains(inf, "cluster_state:ok")
+			}
+			if ok {
+				return addrs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster did not become ok: %v %s", err, info)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Sentinel is a master, a replica and three Sentinels watching them.
+type Sentinel struct {
+	Master, Replica *Redis
+	Sentinels       []string // addresses
+	Name            string   // master name
+}
+
+// StartSentinel starts a master, one replica and three Sentinels (quorum 2,
+// down-after 1s, failover timeout 3s) on free ports.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	s := &Sentinel{Name: "mymaster"}
+	s.Master = StartRedis(t)
+	s.Replica = StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port))
+	rc := s.Replica.Client(t)
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		info, _ := rc.Info(context.Background(), "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica never linked to its master: %s", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		port := FreePort(t)
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 2\n"+
+			"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 3000\n",
+			port, dir, s.Name, s.Master.Port, s.Name, s.Name)
+		if err := writeFile(conf, body); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("redis-server", conf, "--sentinel")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start sentinel: %v", err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		WaitRedis(t, addr)
+		s.Sentinels = append(s.Sentinels, addr)
+	}
+	// Wait until the sentinels know the replica.
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0]})
+	defer sc.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		reps, err := sc.Replicas(context.Background(), s.Name).Result()
+		if err == nil && len(reps) > 0 {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sentinels did not discover the replica: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func writeFile(name, body string) error { return os.WriteFile(name, []byte(body), 0o600) }
