@@ -14,6 +14,7 @@ import (
 type config struct {
 	HTTPAddr      string
 	MySQLDSN      string
+	MySQLConns    int
 	RedisAddrs    []string
 	RedisMaster   string
 	RedisPassword string
@@ -47,6 +48,7 @@ func parseConfig(getenv func(string) string) (config, error) {
 	c := config{
 		HTTPAddr:      p.str("STOCK_HTTP_ADDR", ":8080"),
 		MySQLDSN:      p.str("STOCK_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stock?parseTime=true"),
+		MySQLConns:    p.integer("STOCK_MYSQL_MAX_CONNS", 20, 1, 1000),
 		RedisAddrs:    strings.Split(p.str("STOCK_REDIS_ADDRS", "127.0.0.1:6379"), ","),
 		RedisMaster:   p.str("STOCK_REDIS_MASTER", ""),
 		RedisPassword: p.str("STOCK_REDIS_PASSWORD", ""),

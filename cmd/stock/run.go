@@ -82,7 +82,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{})
+	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns})
 	if err != nil {
 		return err
 	}

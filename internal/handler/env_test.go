@@ -1,7 +1,6 @@
 package handler_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -46,7 +45,7 @@ type db struct {
 func newDB(t testing.TB) *db {
 	t.Helper()
 	dsn := testserver.Database(t)
-	store, err := repo.Open(context.Background(), dsn, repo.Options{})
+	store, err := repo.Open(context.Background(), dsn, repo.Options{MaxOpenConns: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +255,8 @@ func (d *db) ordersOf(t testing.TB, sku string) map[string]int64 {
 	return m
 }
 
-func jsonBody(v any) io.Reader {
-	b, _ := json.Marshal(v)
-	return bytes.NewReader(b)
+func readAll(resp *http.Response) []byte {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return b
 }

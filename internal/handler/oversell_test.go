@@ -100,6 +100,7 @@ type noHold struct{}
 
 func (noHold) Context() context.Context     { return context.Background() }
 func (noHold) Fence() int64                 { return 0 }
+func (noHold) Err() error                   { return nil }
 func (noHold) Unlock(context.Context) error { return nil }
 
 func (anyoneLocker) TryLock(context.Context, string, time.Duration, time.Duration) (service.Hold, error) {

@@ -188,6 +188,23 @@ func (h *Hold) Context() context.Context { return h.l.ctx }
 // that remembers the largest token it accepted can reject a stale holder.
 func (h *Hold) Fence() int64 { return h.l.fence }
 
+// Err reports the state of the chain: nil while it is held, ErrLockLost once
+// ownership was lost (or its lease deadline passed), ErrNotHeld once it was
+// fully released. Unlike Context().Err() it does not depend on the context
+// the lock was taken with, so it is the check to make just before a write.
+func (h *Hold) Err() error {
+	if h.l.expired() {
+		return ErrLockLost
+	}
+	switch h.l.state.Load() {
+	case stateLost:
+		return ErrLockLost
+	case stateReleased:
+		return ErrNotHeld
+	}
+	return nil
+}
+
 // Name returns the lock name.
 func (h *Hold) Name() string { return h.l.name }
 

@@ -246,8 +246,8 @@ func TestReentry(t *testing.T) {
 	if pttl := must(r.PTTL(ctx, name).Result()); pttl < 4800*time.Millisecond {
 		t.Fatalf("PTTL after partial unlock = %v; want the full 5s lease again", pttl)
 	}
-	if err := h1.Context().Err(); err != nil {
-		t.Fatalf("hold ctx after partial unlock: %v; want alive", err)
+	if err := h1.Context().Err(); err != nil || h1.Err() != nil {
+		t.Fatalf("hold after partial unlock: ctx %v, Err %v; want alive", err, h1.Err())
 	}
 	if err := h1.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -255,8 +255,8 @@ func TestReentry(t *testing.T) {
 	if n := must(r.Exists(ctx, name).Result()); n != 0 {
 		t.Fatal("key remains after the last unlock")
 	}
-	if err := h1.Context().Err(); !errors.Is(err, context.Canceled) {
-		t.Fatalf("hold ctx after release: %v; want Canceled", err)
+	if err := h1.Context().Err(); !errors.Is(err, context.Canceled) || !errors.Is(h1.Err(), lock.ErrNotHeld) {
+		t.Fatalf("hold after release: ctx %v, Err %v; want Canceled, ErrNotHeld", err, h1.Err())
 	}
 	if err := h1.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("second Unlock of one hold = %v; want ErrNotHeld", err)
@@ -455,6 +455,9 @@ func TestLostWhenKeyDeleted(t *testing.T) {
 	}
 	if lost.Load() != 1 {
 		t.Fatalf("Lost hook calls = %d; want 1", lost.Load())
+	}
+	if err := h.Err(); !errors.Is(err, lock.ErrLockLost) {
+		t.Fatalf("Err() of a lost hold = %v; want ErrLockLost", err)
 	}
 	if err := h.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Unlock of a lost hold = %v; want ErrNotHeld", err)

@@ -41,7 +41,7 @@ func runChild(mode string) int {
 		fmt.Println("acquired", h.Fence())
 		for i := 0; ; i++ {
 			if err := h.Context().Err(); err != nil {
-				fmt.Println("lost", context.Cause(h.Context()))
+				fmt.Println("lost", context.Cause(h.Context()), h.Err())
 				fmt.Println("unlock", h.Unlock(ctx))
 				return 0
 			}

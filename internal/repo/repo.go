@@ -32,7 +32,7 @@ type Store struct {
 
 // Options sizes the connection pool.
 type Options struct {
-	MaxOpenConns int           // default 50
+	MaxOpenConns int           // default 20
 	MaxIdleConns int           // default MaxOpenConns
 	ConnMaxLife  time.Duration // default 5m
 }
@@ -72,7 +72,7 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("repo: open: %w", err)
 	}
 	if o.MaxOpenConns <= 0 {
-		o.MaxOpenConns = 50
+		o.MaxOpenConns = 20
 	}
 	if o.MaxIdleConns <= 0 {
 		o.MaxIdleConns = o.MaxOpenConns

@@ -46,6 +46,7 @@ func ParseStrategy(s string) (st Strategy, safe bool, err error) {
 // Hold is a held SKU lock (a *lock.Hold).
 type Hold interface {
 	Context() context.Context
+	Err() error // nil while held; lock.ErrLockLost once lost
 	Fence() int64
 	Unlock(ctx context.Context) error
 }
@@ -96,6 +97,9 @@ type Service struct {
 	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
 	redisDown      atomic.Bool  // for logging once per outage
 }
+
+// writeTimeout bounds an order's database work once it has started.
+const writeTimeout = 10 * time.Second
 
 // redisBackoff is how long the lock is skipped after Redis failed to answer.
 const redisBackoff = time.Second
@@ -156,46 +160,59 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	hash := r.Hash()
+	// Stock first, then the key: an order of this key committed before the
+	// stock read is then always seen, so a retry whose first attempt took the
+	// last unit gets its order back, not a 409.
+	st, err := s.store.Stock(ctx, r.SKU)
+	if err != nil {
+		return Order{}, false, err
+	}
 	if o, err := s.store.OrderByKey(ctx, r.Key); err == nil {
 		return replay(o, hash)
 	} else if !errors.Is(err, ErrOrderNotFound) {
 		return Order{}, false, err
 	}
 	// Sold-out traffic must not queue behind the lock.
-	st, err := s.store.Stock(ctx, r.SKU)
-	if err != nil {
-		return Order{}, false, err
-	}
 	if st.Available < int64(r.Quantity) {
 		return Order{}, false, ErrSoldOut
 	}
 
 	d := Deduction{Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
+	// Once a write starts it finishes, even if the client hangs up: a
+	// half-done order helps no one, and the client's retry with the same key
+	// then gets the committed order back.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
 	switch s.cfg.Strategy {
 	case StrategyNone:
 		d.Write = WritePlain
-		o, err = s.deduct(ctx, d)
+		o, err = s.deduct(wctx, d)
 	case StrategyConditional:
 		d.Write = WriteConditional
-		o, err = s.deduct(ctx, d)
+		o, err = s.deduct(wctx, d)
 	case StrategyForUpdate:
 		d.Write = WriteForUpdate
-		o, err = s.deduct(ctx, d)
+		o, err = s.deduct(wctx, d)
 	case StrategyVersion:
 		d.Write = WriteVersioned
-		o, err = s.versioned(ctx, d)
+		o, err = s.versioned(wctx, d)
 	case StrategyLock, StrategyLockVersion:
-		o, err = s.underLock(ctx, d)
+		o, err = s.underLock(ctx, wctx, d)
 	default:
 		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
 	}
-	if errors.Is(err, ErrDuplicateKey) {
-		// A concurrent request with the same key won the insert.
-		existing, ferr := s.store.OrderByKey(ctx, r.Key)
-		if ferr != nil {
-			return Order{}, false, ferr
+	if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) {
+		// A concurrent request with the same key won the insert, or (sold
+		// out) an earlier attempt of this key may have taken the last unit
+		// and committed while this one waited.
+		existing, ferr := s.store.OrderByKey(wctx, r.Key)
+		switch {
+		case ferr == nil:
+			return replay(existing, hash)
+		case errors.Is(err, ErrSoldOut) && errors.Is(ferr, ErrOrderNotFound):
+			return Order{}, false, ErrSoldOut
 		}
-		return replay(existing, hash)
+		return Order{}, false, ferr
 	}
 	if err != nil {
 		return Order{}, false, err
@@ -269,10 +286,10 @@ func (s *Service) versioned(ctx context.Context, d Deduction) (Order, error) {
 }
 
 // underLock runs the deduction under the SKU lock, or on the DB-only path
-// while Redis is down.
-func (s *Service) underLock(ctx context.Context, d Deduction) (Order, error) {
+// while Redis is down. It waits for the lock on ctx and writes on wctx.
+func (s *Service) underLock(ctx, wctx context.Context, d Deduction) (Order, error) {
 	if s.skipLock() {
-		return s.withoutRedis(ctx, d, nil)
+		return s.withoutRedis(wctx, d, nil)
 	}
 	start := time.Now()
 	h, err := s.locks.TryLock(ctx, d.SKU, s.cfg.LockWait, s.cfg.LockLease)
@@ -286,7 +303,7 @@ func (s *Service) underLock(ctx context.Context, d Deduction) (Order, error) {
 		return Order{}, fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
 	case err != nil:
 		s.metrics.Lock("error", wait)
-		return s.withoutRedis(ctx, d, err)
+		return s.withoutRedis(wctx, d, err)
 	}
 	s.metrics.Lock("acquired", wait)
 	s.redisUp()
@@ -305,19 +322,19 @@ func (s *Service) underLock(ctx context.Context, d Deduction) (Order, error) {
 		// Deliberately the naive tutorial version: trust the lock, write plain
 		// values, never look back. The fault runs show what that costs.
 		d.Write = WritePlain
-		return s.deduct(ctx, d)
+		return s.deduct(wctx, d)
 	}
 	d.BeforeCommit = func() error {
 		// Err also checks the lease deadline, so a pause past the lease is
 		// seen here even before the watchdog runs again.
-		if h.Context().Err() != nil && errors.Is(context.Cause(h.Context()), lock.ErrLockLost) {
+		if h.Err() != nil {
 			s.metrics.Lock("lost", 0)
 			return ErrLockLost
 		}
 		return nil
 	}
 	d.Write = WriteVersioned
-	return s.versioned(ctx, d)
+	return s.versioned(wctx, d)
 }
 
 // withoutRedis handles an order while Redis is unreachable: the conditional
