@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +24,18 @@ func TestProof(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		strategy       string
+		quantity       int
 		expectOversell bool
 	}{
-		{"lock+version", false},
-		{"none", true},
+		{"lock+version", 1, false},
+		{"lock+version", 3, false}, // 33 whole orders of 3: 99 sold, 1 left
+		{"none", 1, true},
 	} {
-		t.Run(tc.strategy, func(t *testing.T) {
+		name := tc.strategy
+		if tc.quantity > 1 {
+			name += fmt.Sprintf("_q%d", tc.quantity)
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dsn := testserver.Database(t) // t_<test>_<nanos>, dropped at the end
 			if err := migrate(ctx, bin, dsn); err != nil {
@@ -45,7 +52,7 @@ func TestProof(t *testing.T) {
 			t.Cleanup(func() { f.stop() })
 
 			cfg := driver.Config{
-				URLs: f.URLs(), Stock: 100, Buyers: 400, Concurrency: 50, Quantity: 1, AdminToken: token,
+				URLs: f.URLs(), Stock: 100, Buyers: 400, Concurrency: 50, Quantity: tc.quantity, AdminToken: token,
 				Retries: 3, Duration: 40 * time.Second, MySQLDSN: dsn, ExpectOversell: tc.expectOversell,
 				Label: tc.strategy,
 			}
@@ -76,9 +83,11 @@ func TestProof(t *testing.T) {
 				}
 				return
 			}
-			if res.Sold != 100 || res.Oversold != 0 || res.Created != 100 || res.MySQL.Units != 100 || res.Audit.Available != 0 {
-				t.Fatalf("strategy %s: sold %d, oversold %d, 201s %d, MySQL units %d, available %d; want 100, 0, 100, 100, 0",
-					tc.strategy, res.Sold, res.Oversold, res.Created, res.MySQL.Units, res.Audit.Available)
+			orders := int64(100 / tc.quantity)
+			sold := orders * int64(tc.quantity)
+			if res.Sold != sold || res.Oversold != 0 || int64(res.Created) != orders || res.MySQL.Units != sold || res.Audit.Available != 100-sold {
+				t.Fatalf("strategy %s, quantity %d: sold %d, oversold %d, 201s %d, MySQL units %d, available %d; want %d, 0, %d, %d, %d",
+					tc.strategy, tc.quantity, res.Sold, res.Oversold, res.Created, res.MySQL.Units, res.Audit.Available, sold, orders, sold, 100-sold)
 			}
 		})
 	}

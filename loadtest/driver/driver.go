@@ -190,7 +190,11 @@ type Result struct {
 	Checks           []Check `json:"checks"`
 	ExpectOversell   bool    `json:"expect_oversell"`
 	OversellDetected bool    `json:"oversell_detected"`
-	Passed           bool    `json:"passed"`
+	// Safe: every safety check held (with ExpectOversell: the oversell was
+	// caught and nothing else broke). Passed: Safe, and every buyer who could
+	// have bought did (no liveness check failed).
+	Safe   bool `json:"safe"`
+	Passed bool `json:"passed"`
 }
 
 // Latency summarises request latencies, in milliseconds.
@@ -223,7 +227,10 @@ type Check struct {
 	OK   bool   `json:"ok"`
 	// Oversell marks the checks an oversell (or a lost update) breaks; with
 	// ExpectOversell the others must still hold.
-	Oversell bool   `json:"oversell"`
+	Oversell bool `json:"oversell"`
+	// Liveness marks the checks that fail when buyers gave up (their
+	// retries ran out, or the duration cap hit) while nothing unsafe happened.
+	Liveness bool   `json:"liveness,omitempty"`
 	Detail   string `json:"detail,omitempty"`
 }
 

@@ -140,8 +140,13 @@ func TestDecide(t *testing.T) {
 	r = mk(true, lost, over)
 	r.LostUpdates = 3
 	decide(r)
-	if r.Passed {
-		t.Errorf("unsafe run, oversell seen but an acknowledged order lost: Passed = true; want false")
+	if r.Passed || r.Safe {
+		t.Errorf("unsafe run, oversell seen but an acknowledged order lost: Passed %v, Safe %v; want false, false", r.Passed, r.Safe)
+	}
+	r = mk(false, ok, Check{Name: "sold == min(stock, demand)", OK: false, Liveness: true})
+	decide(r)
+	if r.Passed || !r.Safe || r.Verdict() != "SHORT" {
+		t.Errorf("safe run whose buyers gave up: Passed %v, Safe %v, Verdict %s; want false, true, SHORT", r.Passed, r.Safe, r.Verdict())
 	}
 }
 

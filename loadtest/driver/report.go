@@ -19,7 +19,7 @@ type Report struct {
 	Generated time.Time `json:"generated"`
 	Machine   Machine   `json:"machine"`
 	Sections  []Section `json:"sections"`
-	Passed    bool      `json:"passed"` // every run passed
+	Passed    bool      `json:"passed"` // every run passed (or was Safe, in a SafetyOnly section)
 }
 
 // Section is runs compared side by side.
@@ -27,6 +27,9 @@ type Section struct {
 	Title string    `json:"title"`
 	Note  string    `json:"note,omitempty"`
 	Runs  []*Result `json:"runs"`
+	// SafetyOnly sections (throughput runs) require every run to be Safe,
+	// not Passed: a strategy whose buyers give up is slow, not wrong.
+	SafetyOnly bool `json:"safety_only,omitempty"`
 }
 
 // NewReport returns a report of the sections, its machine taken from the first run.
@@ -37,7 +40,7 @@ func NewReport(title string, sections ...Section) Report {
 			if r.Machine.Cores == 0 {
 				r.Machine = run.Machine
 			}
-			r.Passed = r.Passed && run.Passed
+			r.Passed = r.Passed && (run.Passed || s.SafetyOnly && run.Safe)
 		}
 	}
 	return r
@@ -75,11 +78,15 @@ func (res *Result) RSS() string {
 	return "-"
 }
 
-// Verdict is PASS, FAIL, or "DETECTED" for an expected oversell that was seen.
+// Verdict is PASS; DETECTED for an expected oversell that was caught; SHORT
+// when nothing unsafe happened but buyers gave up, so less than
+// min(stock, demand) was sold; or FAIL.
 func (res *Result) Verdict() string {
 	switch {
-	case !res.Passed:
+	case !res.Safe:
 		return "FAIL"
+	case !res.Passed:
+		return "SHORT"
 	case res.ExpectOversell:
 		return "DETECTED"
 	}
@@ -126,9 +133,13 @@ func WriteSummary(w io.Writer, r *Result) {
 	for _, c := range r.Checks {
 		mark := "ok  "
 		if !c.OK {
-			mark = "FAIL"
-			if r.ExpectOversell && c.Oversell {
+			switch {
+			case r.ExpectOversell && c.Oversell:
 				mark = "saw "
+			case c.Liveness:
+				mark = "SHORT"
+			default:
+				mark = "FAIL"
 			}
 		}
 		line := "  " + mark + " " + c.Name
@@ -175,7 +186,7 @@ func WriteHTML(w io.Writer, rep Report) error {
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 table{border-collapse:collapse;margin:1em 0}th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}
 th:first-child,td:first-child{text-align:left}.PASS{color:#2ca02c;font-weight:bold}.FAIL{color:#d62728;font-weight:bold}
-.DETECTED{color:#ff7f0e;font-weight:bold}svg{background:#fafafa;border:1px solid #eee;margin:0.5em 0}
+.DETECTED{color:#ff7f0e;font-weight:bold}.SHORT{color:#9467bd;font-weight:bold}svg{background:#fafafa;border:1px solid #eee;margin:0.5em 0}
 svg text{font:11px system-ui,sans-serif}.small{color:#666;font-size:12px}details{margin:0.3em 0}
 </style></head><body>
 <h1>%s</h1>
@@ -202,9 +213,13 @@ svg text{font:11px system-ui,sans-serif}.small{color:#666;font-size:12px}details
 			for _, c := range r.Checks {
 				mark := "ok"
 				if !c.OK {
-					mark = "FAIL"
-					if r.ExpectOversell && c.Oversell {
+					switch {
+					case r.ExpectOversell && c.Oversell:
 						mark = "broken, as expected"
+					case c.Liveness:
+						mark = "short (buyers gave up)"
+					default:
+						mark = "FAIL"
 					}
 				}
 				fmt.Fprintf(&b, "<li>%s: %s", e(mark), e(c.Name))

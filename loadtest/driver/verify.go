@@ -11,7 +11,11 @@ import (
 )
 
 func (res *Result) check(name string, ok, oversell bool, format string, args ...any) {
-	c := Check{Name: name, OK: ok, Oversell: oversell}
+	res.checkKind(name, ok, oversell, false, format, args...)
+}
+
+func (res *Result) checkKind(name string, ok, oversell, liveness bool, format string, args ...any) {
+	c := Check{Name: name, OK: ok, Oversell: oversell, Liveness: liveness}
 	if !ok || format != "" {
 		c.Detail = fmt.Sprintf(format, args...)
 	}
@@ -30,7 +34,10 @@ func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
 	res.check("audit consistent", after.Consistent, true, "%s", strings.Join(after.Problems, "; "))
 	res.check("oversold == 0", res.Oversold == 0, true, "oversold %d units (audit %d; %d units ordered this run for a stock of %d)",
 		res.Oversold, after.Oversold, res.Units, cfg.Stock)
-	res.check("sold == min(stock, demand)", res.Sold == res.ExpectedSold, true,
+	// Too few orders placed is liveness (buyers gave up after their retries);
+	// anything else that breaks it (more sold, or lost updates) is an oversell.
+	short := res.Units < res.ExpectedSold
+	res.checkKind("sold == min(stock, demand)", res.Sold == res.ExpectedSold, !short, short,
 		"sold %d this run, want %d = min(floor(%d/%d), %d) x %d", res.Sold, res.ExpectedSold, cfg.Stock, q, cfg.Buyers, q)
 	res.check("available == stock - sold", after.Available == cfg.Stock-res.Sold, true,
 		"available %d, want %d - %d = %d", after.Available, cfg.Stock, res.Sold, cfg.Stock-res.Sold)
@@ -60,7 +67,7 @@ func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
 	res.check("no two buyers told the same order id", dupIDs == 0, false, "%d duplicate order ids", dupIDs)
 	res.check("acknowledged orders <= orders in the audit", int64(len(acks)) <= res.Orders, false,
 		"%d buyers were told of an order, the audit has %d orders this run", len(acks), res.Orders)
-	res.check("run finished within the duration cap", !res.Aborted, false,
+	res.checkKind("run finished within the duration cap", !res.Aborted, false, true,
 		"the %.0fs cap ended the run: %d of %d buyers ran", res.CapSeconds, res.BuyersRun, cfg.Buyers)
 }
 
@@ -72,10 +79,14 @@ func decide(res *Result) {
 		res.check("oversell detected (expected)", res.OversellDetected, false,
 			"oversold %d, lost updates %d: the unsafe run looked safe", res.Oversold, res.LostUpdates)
 	}
-	res.Passed = true
+	res.Safe, res.Passed = true, true
 	for _, c := range res.Checks {
-		if !c.OK && !(res.ExpectOversell && c.Oversell) {
+		switch {
+		case c.OK, res.ExpectOversell && c.Oversell:
+		case c.Liveness:
 			res.Passed = false
+		default:
+			res.Safe, res.Passed = false, false
 		}
 	}
 }
@@ -86,7 +97,7 @@ func (res *Result) AddCheck(name string, ok bool, detail string) {
 	c := Check{Name: name, OK: ok}
 	if !ok {
 		c.Detail = detail
-		res.Passed = false
+		res.Safe, res.Passed = false, false
 	}
 	res.Checks = append(res.Checks, c)
 }
