@@ -1,16 +1,59 @@
--- Fresh acquire of a lock chain (Redisson RLock layout).
--- KEYS[1] lock hash, KEYS[2] fencing counter
--- ARGV[1] lease in ms, ARGV[2] owner field "<clientID>:<holdID>" (never reused)
--- Reply: {fence} when acquired; otherwise the holder's PTTL in ms.
-if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {redis.call('incr', KEYS[2])}
+-- Fresh acquire of a lock chain (Redisson RLock layout), fair between clients.
+-- KEYS[1] lock hash, KEYS[2] fencing counter,
+-- KEYS[3] queue of waiting clients (list), KEYS[4] their deadlines (zset, ms)
+-- ARGV[1] lease in ms, ARGV[2] owner field "<clientID>:<holdID>" (never reused),
+-- ARGV[3] clientID, ARGV[4] how long a queue entry lives without a retry, in ms
+--         (0: a single attempt that does not join the queue)
+-- Reply: {fence} when acquired; otherwise how long to wait at most, in ms
+-- (the holder's PTTL, or the deadline of the client first in line).
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Drop waiters at the front of the line that stopped retrying (gone or dead).
+while true do
+  local first = redis.call('lindex', KEYS[3], 0)
+  if not first then break end
+  local deadline = tonumber(redis.call('zscore', KEYS[4], first))
+  if deadline and deadline > now then break end
+  redis.call('lpop', KEYS[3])
+  redis.call('zrem', KEYS[4], first)
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  -- The owner field is minted for this one attempt, so finding it means an
+
+if redis.call('exists', KEYS[1]) == 0 then
+  local first = redis.call('lindex', KEYS[3], 0)
+  if (not first) or first == ARGV[3] then
+    if first then
+      redis.call('lpop', KEYS[3])
+      redis.call('zrem', KEYS[4], first)
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {redis.call('incr', KEYS[2])}
+  end
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  -- The owner field is minted for this one call, so finding it means an
   -- earlier send of this same call already acquired: answer as it did.
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {tonumber(redis.call('get', KEYS[2]) or '0')}
 end
-return redis.call('pttl', KEYS[1])
+
+local wait = redis.call('pttl', KEYS[1])
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  if not redis.call('zscore', KEYS[4], ARGV[3]) then
+    redis.call('rpush', KEYS[3], ARGV[3])
+  end
+  redis.call('zadd', KEYS[4], now + ttl, ARGV[3])
+  redis.call('pexpire', KEYS[3], 3 * ttl)
+  redis.call('pexpire', KEYS[4], 3 * ttl)
+end
+if wait == -2 then
+  -- Free, but another client is first in line: wait for it, at most until
+  -- its entry lapses.
+  local first = redis.call('lindex', KEYS[3], 0)
+  wait = 1
+  if first then
+    wait = math.max(1, tonumber(redis.call('zscore', KEYS[4], first)) - now)
+  end
+end
+return wait

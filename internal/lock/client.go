@@ -38,12 +38,15 @@ var (
 	renewSrc string
 	//go:embed force.lua
 	forceSrc string
+	//go:embed leave.lua
+	leaveSrc string
 
 	acquireScript = redis.NewScript(acquireSrc)
 	reenterScript = redis.NewScript(reenterSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	forceScript   = redis.NewScript(forceSrc)
+	leaveScript   = redis.NewScript(leaveSrc)
 )
 
 // latchTTL is how long a full release is remembered, so that a resend of the
@@ -103,15 +106,16 @@ type Client struct {
 
 	seq atomic.Int64
 
-	mu        sync.Mutex
-	closed    bool
-	closeCh   chan struct{}
-	queues    map[string]*queue   // by lock name
-	channels  map[string]*queue   // by unlock channel
-	leases    map[*lease]struct{} // every live hold chain
-	wdRunning bool
-	wdWake    chan struct{}
-	wg        sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	closeCh  chan struct{}
+	queues   map[string]*queue   // by lock name
+	channels map[string]*queue   // by unlock channel
+	leases   map[*lease]struct{} // every live hold chain
+	wdTimer  *time.Timer         // the watchdog tick; no goroutine exists between ticks
+	wdArmed  bool
+	ticks    sync.WaitGroup // renewal ticks in progress, waited for by Close
+	wg       sync.WaitGroup // the pub/sub dispatcher
 
 	sub subscriber
 }
@@ -130,7 +134,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		queues:   make(map[string]*queue),
 		channels: make(map[string]*queue),
 		leases:   make(map[*lease]struct{}),
-		wdWake:   make(chan struct{}, 1),
 	}
 	_, c.cluster = rdb.(*redis.ClusterClient)
 	for _, o := range opts {
@@ -159,11 +162,15 @@ func (c *Client) Close() error {
 	for l := range c.leases {
 		leases = append(leases, l)
 	}
+	if c.wdTimer != nil {
+		c.wdTimer.Stop()
+	}
 	c.mu.Unlock()
 	for _, l := range leases {
 		l.lose()
 	}
 	c.sub.close()
+	c.ticks.Wait()
 	c.wg.Wait()
 	return nil
 }
@@ -176,6 +183,8 @@ func (c *Client) Mutex(name string) *Mutex {
 		name:    name,
 		token:   prefixed("redisson_lock_token", name),
 		channel: prefixed("redisson_lock__channel", name),
+		queue:   prefixed("redisson_lock_queue", name),
+		timeout: prefixed("redisson_lock_timeout", name),
 	}
 }
 
@@ -186,7 +195,7 @@ func (c *Client) nextOwner() string {
 // now is the monotonic time since the Client's epoch.
 func (c *Client) now() time.Duration { return time.Since(c.epoch) }
 
-// register tracks a live lease and starts the watchdog when it needs one.
+// register tracks a live lease and arms the watchdog when it needs one.
 func (c *Client) register(l *lease) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,10 +203,13 @@ func (c *Client) register(l *lease) error {
 		return ErrClosed
 	}
 	c.leases[l] = struct{}{}
-	if l.watchdog && !c.wdRunning {
-		c.wdRunning = true
-		c.wg.Add(1)
-		go c.watchdogLoop()
+	if l.watchdog && !c.wdArmed {
+		c.wdArmed = true
+		if c.wdTimer == nil {
+			c.wdTimer = time.AfterFunc(c.watchdog/3, c.tick)
+		} else {
+			c.wdTimer.Reset(c.watchdog / 3)
+		}
 	}
 	return nil
 }
@@ -205,45 +217,34 @@ func (c *Client) register(l *lease) error {
 func (c *Client) unregister(l *lease) {
 	c.mu.Lock()
 	delete(c.leases, l)
-	empty := len(c.leases) == 0
 	c.mu.Unlock()
-	if empty {
-		select {
-		case c.wdWake <- struct{}{}:
-		default:
-		}
-	}
 }
 
-// watchdogLoop renews every watchdog lease each third of the timeout. It
-// exits when no lease needs it or on Close.
-func (c *Client) watchdogLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.watchdog / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.closeCh:
-			return
-		case <-c.wdWake:
-		case <-t.C:
-			c.renewAll()
-		}
-		c.mu.Lock()
-		idle := true
-		for l := range c.leases {
-			if l.watchdog {
-				idle = false
-				break
-			}
-		}
-		if idle || c.closed {
-			c.wdRunning = false
-			c.mu.Unlock()
-			return
-		}
+// tick renews every watchdog lease, and re-arms itself while any remain. It
+// runs on the timer's own goroutine, so between ticks, and once no lease
+// needs renewing, the watchdog holds no goroutine at all.
+func (c *Client) tick() {
+	c.mu.Lock()
+	if c.closed {
 		c.mu.Unlock()
+		return
 	}
+	c.ticks.Add(1)
+	c.mu.Unlock()
+	defer c.ticks.Done()
+	c.renewAll()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	for l := range c.leases {
+		if l.watchdog {
+			c.wdTimer.Reset(c.watchdog / 3)
+			return
+		}
+	}
+	c.wdArmed = false
 }
 
 // renewAll extends every watchdog lease, one script call per batch of holds

@@ -9,6 +9,7 @@ func ScriptKind(arg string) string {
 		"release": {releaseSrc, releaseScript.Hash()},
 		"renew":   {renewSrc, renewScript.Hash()},
 		"force":   {forceSrc, forceScript.Hash()},
+		"leave":   {leaveSrc, leaveScript.Hash()},
 	} {
 		if arg == s.src || arg == s.sha {
 			return kind

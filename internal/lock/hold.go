@@ -107,10 +107,10 @@ func (l *lease) lose() bool {
 	if !l.end(stateLost) {
 		return false
 	}
-	l.cancel(ErrLockLost)
 	if l.c.hooks.Lost != nil {
 		l.c.hooks.Lost(l.name)
 	}
+	l.cancel(ErrLockLost)
 	return true
 }
 

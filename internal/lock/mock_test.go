@@ -28,8 +28,9 @@ func mockClient(t *testing.T) (*Client, redismock.ClientMock) {
 	return c, mock
 }
 
-func expectAcquire(mock redismock.ClientMock, owner string) *redismock.ExpectedCmd {
-	return mock.ExpectEvalSha(acquireScript.Hash(), []string{mockName, "redisson_lock_token:stock:{SKU-1}"}, int64(30000), owner)
+func expectAcquire(mock redismock.ClientMock, owner string, inLine int64) *redismock.ExpectedCmd {
+	return mock.ExpectEvalSha(acquireScript.Hash(), []string{mockName, "redisson_lock_token:stock:{SKU-1}",
+		"redisson_lock_queue:stock:{SKU-1}", "redisson_lock_timeout:stock:{SKU-1}"}, int64(30000), owner, "cid", inLine)
 }
 
 func expectRelease(mock redismock.ClientMock, owner string, want int64) *redismock.ExpectedCmd {
@@ -40,7 +41,7 @@ func expectRelease(mock redismock.ClientMock, owner string, want int64) *redismo
 
 func TestMockLockUnlockSequence(t *testing.T) {
 	c, mock := mockClient(t)
-	expectAcquire(mock, "cid:1").SetVal([]any{int64(7)})
+	expectAcquire(mock, "cid:1", 1000).SetVal([]any{int64(7)})
 	mock.ExpectEvalSha(reenterScript.Hash(), []string{mockName}, int64(30000), "cid:1", int64(1)).SetVal(int64(2))
 	expectRelease(mock, "cid:1", 2).SetVal(int64(1))
 	expectRelease(mock, "cid:1", 1).SetVal(int64(2))
@@ -67,7 +68,7 @@ func TestMockLockUnlockSequence(t *testing.T) {
 
 func TestMockBusyIsNotAcquired(t *testing.T) {
 	c, mock := mockClient(t)
-	expectAcquire(mock, "cid:1").SetVal(int64(1234))
+	expectAcquire(mock, "cid:1", 0).SetVal(int64(1234))
 	h, err := c.Mutex(mockName).TryLock(context.Background(), 0, 0)
 	if h != nil || !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("TryLock on a busy reply = %v, %v; want nil, ErrNotObtained", h, err)
@@ -90,7 +91,7 @@ func TestMockBadRepliesAreNotAcquired(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, mock := mockClient(t)
-			tc.reply(expectAcquire(mock, "cid:1"))
+			tc.reply(expectAcquire(mock, "cid:1", 1000))
 			expectRelease(mock, "cid:1", 1).SetVal(int64(0))
 			h, err := c.Mutex(mockName).TryLock(context.Background(), time.Second, 0)
 			if h != nil || err == nil {
@@ -115,7 +116,7 @@ func TestMockReleaseErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, mock := mockClient(t)
-			expectAcquire(mock, "cid:1").SetVal([]any{int64(1)})
+			expectAcquire(mock, "cid:1", 1000).SetVal([]any{int64(1)})
 			tc.reply(expectRelease(mock, "cid:1", 1))
 			h, err := c.Mutex(mockName).Lock(context.Background())
 			if err != nil {

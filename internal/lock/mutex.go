@@ -16,6 +16,8 @@ type Mutex struct {
 	name    string
 	token   string
 	channel string
+	queue   string // list of waiting client ids, first in line first
+	timeout string // zset: each waiting client's deadline
 }
 
 // Name returns the lock name (the Redis key of the lock hash).
@@ -80,7 +82,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		dur, watchdog = c.watchdog, true
 	}
 	if wait == 0 {
-		h, _, err := m.attempt(ctx, owner, dur, watchdog)
+		h, _, err := m.attempt(ctx, owner, dur, watchdog, 0)
 		if err == nil && h == nil {
 			err = ErrNotObtained
 		}
@@ -118,7 +120,8 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	if err != nil {
 		return nil, err
 	}
-	defer c.dequeue(q, w)
+	var h *Hold
+	defer func() { c.dequeue(q, w, h != nil) }()
 	// Wait for our turn: only the oldest waiter of this Client contends in Redis.
 	for !w.head {
 		if err := sleep(time.Hour, w.turn); err != nil {
@@ -128,11 +131,23 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		w.head = q.waiters[0] == w
 		c.mu.Unlock()
 	}
+	if w.skipFirst {
+		// The waiter before us just took the lock: an attempt now can only
+		// fail. Wait for its unlock message instead.
+		c.subscribe(q)
+		if err := sleep(dur, q.wake); err != nil {
+			return nil, err
+		}
+	}
 	for {
-		h, pttl, err := m.attempt(ctx, owner, dur, watchdog)
+		var pttl time.Duration
+		h, pttl, err = m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
 		if err != nil || h != nil {
 			return h, err
 		}
+		c.mu.Lock()
+		q.inLine = true
+		c.mu.Unlock()
 		c.subscribe(q)
 		switch {
 		case pttl < 0: // no TTL on the key (not our protocol): look again now and then
@@ -140,7 +155,8 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		case pttl == 0:
 			pttl = time.Millisecond
 		}
-		if err := sleep(pttl, q.wake); err != nil {
+		// Retry at least every queueRefresh, which keeps our place in line.
+		if err := sleep(min(pttl, queueRefresh), q.wake); err != nil {
 			return nil, err
 		}
 	}
@@ -149,10 +165,11 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 // attempt runs the acquire script once. It returns a hold when acquired, the
 // holder's PTTL when busy, or an error. An attempt whose reply was lost or
 // unreadable is undone, so an error never leaves a hold behind.
-func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, watchdog bool) (*Hold, time.Duration, error) {
+func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, watchdog bool, inLine time.Duration) (*Hold, time.Duration, error) {
 	c := m.c
 	sent := c.now()
-	res, err := acquireScript.Run(ctx, c.rdb, []string{m.name, m.token}, dur.Milliseconds(), owner).Result()
+	res, err := acquireScript.Run(ctx, c.rdb, []string{m.name, m.token, m.queue, m.timeout},
+		dur.Milliseconds(), owner, c.id, inLine.Milliseconds()).Result()
 	var fence int64
 	if err == nil {
 		switch v := res.(type) {
@@ -209,17 +226,29 @@ func (m *Mutex) releaseCall(ctx context.Context, owner string, want int64, dur t
 	return releaseScript.Run(ctx, m.c.rdb, keys, dur.Milliseconds(), owner, want, latchTTL.Milliseconds()).Int64()
 }
 
+// Between clients the line is kept in Redis: a waiting client is an entry
+// in the lock's queue (one per client, for its oldest waiter), and a free
+// lock goes to the client first in line. An entry that is not refreshed by a
+// retry within queueEntryTTL is dropped, so a crashed waiter delays the
+// others by at most that much.
+const (
+	queueEntryTTL = time.Second
+	queueRefresh  = 400 * time.Millisecond
+)
+
 // queue is the line of one Client's waiters for one lock name.
 type queue struct {
 	m          *Mutex
 	waiters    []*waiter
 	wake       chan struct{} // pokes the head: an unlock was published, or the subscription is live
 	subscribed bool
+	inLine     bool // this client has an entry in the lock's queue in Redis
 }
 
 type waiter struct {
-	turn chan struct{} // closed when this waiter becomes the head
-	head bool
+	turn      chan struct{} // closed when this waiter becomes the head
+	head      bool
+	skipFirst bool // it became the head because the one before acquired
 }
 
 func (c *Client) enqueue(m *Mutex) (*queue, *waiter, error) {
@@ -242,7 +271,7 @@ func (c *Client) enqueue(m *Mutex) (*queue, *waiter, error) {
 	return q, w, nil
 }
 
-func (c *Client) dequeue(q *queue, w *waiter) {
+func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
 	c.mu.Lock()
 	for i, x := range q.waiters {
 		if x == w {
@@ -250,21 +279,30 @@ func (c *Client) dequeue(q *queue, w *waiter) {
 			q.waiters[len(q.waiters)-1] = nil
 			q.waiters = q.waiters[:len(q.waiters)-1]
 			if i == 0 && len(q.waiters) > 0 {
+				q.waiters[0].skipFirst = acquired
 				close(q.waiters[0].turn)
 			}
 			break
 		}
 	}
-	unsub := false
+	unsub, leave := false, false
 	if len(q.waiters) == 0 {
 		delete(c.queues, q.m.name)
 		delete(c.channels, q.m.channel)
 		unsub = q.subscribed
 		q.subscribed = false
+		leave = q.inLine && !acquired // the acquire took us out of the line
 	}
 	c.mu.Unlock()
 	if unsub {
 		c.sub.unsubscribe(q.m.channel)
+	}
+	if leave {
+		// The last waiter gave up: leave the line now rather than make the
+		// others wait for our entry to lapse.
+		ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
+		_ = leaveScript.Run(ctx, c.rdb, []string{q.m.queue, q.m.timeout}, c.id).Err()
+		cancel()
 	}
 }
 

@@ -17,9 +17,17 @@ type subscriber struct {
 	ps     *redis.PubSub
 	refs   map[string]int
 	closed bool
+	idle   *time.Timer // closes the connection after idleClose without waiters
+	gen    int         // invalidates an idle timer that fired late
 }
 
-const subscribeTimeout = time.Second
+const (
+	subscribeTimeout = time.Second
+	// idleClose keeps the connection (with no channel subscribed) for a
+	// moment after the last waiter left, so a lock that is waited for again
+	// and again does not dial a connection each time.
+	idleClose = 250 * time.Millisecond
+)
 
 func (s *subscriber) subscribe(channel string) {
 	s.mu.Lock()
@@ -29,6 +37,11 @@ func (s *subscriber) subscribe(channel string) {
 	}
 	if s.refs == nil {
 		s.refs = make(map[string]int)
+	}
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+		s.gen++
 	}
 	s.refs[channel]++
 	if s.refs[channel] > 1 {
@@ -61,19 +74,36 @@ func (s *subscriber) unsubscribe(channel string) {
 	if s.ps == nil {
 		return
 	}
-	if len(s.refs) == 0 {
-		_ = s.ps.Close() // no one waits: drop the connection and its goroutines
-		s.ps = nil
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
 	defer cancel()
 	_ = s.ps.Unsubscribe(ctx, channel)
+	if len(s.refs) == 0 {
+		gen := s.gen
+		s.idle = time.AfterFunc(idleClose, func() { s.closeIdle(gen) })
+	}
+}
+
+// closeIdle drops the connection and its goroutines when no one has waited
+// since the timer was set.
+func (s *subscriber) closeIdle(gen int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen != s.gen || len(s.refs) != 0 || s.ps == nil {
+		return
+	}
+	_ = s.ps.Close()
+	s.ps = nil
+	s.idle = nil
 }
 
 func (s *subscriber) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+	s.gen++
 	if s.ps != nil {
 		_ = s.ps.Close()
 		s.ps = nil
