@@ -33,9 +33,13 @@
 //     and an acquire whose outcome is unknown (timeout, cancelled context) is
 //     undone before the error is returned.
 //   - Waiters sleep on one shared pub/sub connection per Client, ref-counted per
-//     lock name and closed when no one waits. Waiters of one Client are served
-//     in arrival order: only the oldest one contends in Redis, and a goroutine
-//     that just released goes to the back of the line.
+//     lock name and closed shortly after no one waits. Waiting is fair: waiters
+//     of one Client are served in arrival order (only the oldest one contends
+//     in Redis, and a goroutine that just released goes to the back), and
+//     waiting Clients take turns through a line kept in Redis
+//     ("redisson_lock_queue:{<name>}" and "redisson_lock_timeout:{<name>}",
+//     one entry per Client, dropped when not refreshed for a second, so a
+//     crashed waiter cannot block a free lock for longer).
 //
 // # What a Redis lock cannot promise
 //
