@@ -128,12 +128,15 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	if d.Fence != nil {
 		row.Fence = sql.NullInt64{Int64: *d.Fence, Valid: true}
 	}
-	res := tx.Exec("INSERT INTO orders (idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+	// Through the transaction's connection directly, for LastInsertId: one
+	// round trip fewer than SELECT LAST_INSERT_ID() inside the critical section.
+	res, err := tx.Statement.ConnPool.ExecContext(ctx,
+		"INSERT INTO orders (idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?)",
 		row.IdempotencyKey, row.RequestHash, row.SKU, row.Quantity, row.Fence, row.CreatedAt)
-	if res.Error != nil {
-		return service.Order{}, translate(ctx, "insert order", res.Error)
+	if err != nil {
+		return service.Order{}, translate(ctx, "insert order", err)
 	}
-	if err := tx.Raw("SELECT LAST_INSERT_ID()").Scan(&row.ID).Error; err != nil {
+	if row.ID, err = res.LastInsertId(); err != nil {
 		return service.Order{}, translate(ctx, "order id", err)
 	}
 	if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES (?, 'sale', ?, ?, ?)",

@@ -327,8 +327,7 @@ func (s *Service) underLock(ctx, wctx context.Context, d Deduction) (Order, erro
 	d.BeforeCommit = func() error {
 		// Err also checks the lease deadline, so a pause past the lease is
 		// seen here even before the watchdog runs again.
-		if h.Err() != nil {
-			s.metrics.Lock("lost", 0)
+		if h.Err() != nil { // the lock's Lost hook has counted it
 			return ErrLockLost
 		}
 		return nil
