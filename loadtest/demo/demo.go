@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/fleet"
 )
 
 // strategies is every STOCK_STRATEGY, in the order of service.md.
@@ -127,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer os.RemoveAll(dir)
 		fmt.Fprintln(o.logw, "demo: building cmd/stock")
-		if o.bin, err = buildStock(ctx, o.goTool, dir); err != nil {
+		if o.bin, err = fleet.Build(ctx, o.goTool, dir); err != nil {
 			return err
 		}
 	}
@@ -192,45 +193,45 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 	if p.name == "throughput" {
 		prefix = "tp_"
 	}
-	dsn, err := dsnFor(o.mysqlBase, "stock_demo_"+prefix+dbSafe(strategy)+"_"+runID)
+	dsn, err := fleet.DSNFor(o.mysqlBase, "stock_demo_"+prefix+dbSafe(strategy)+"_"+runID)
 	if err != nil {
 		return nil, err
 	}
-	if err := dropDatabase(ctx, dsn); err != nil {
+	if err := fleet.DropDatabase(ctx, dsn); err != nil {
 		return nil, fmt.Errorf("drop old database: %w", err)
 	}
-	if err := migrate(ctx, o.bin, dsn); err != nil {
+	if err := fleet.Migrate(ctx, o.bin, dsn); err != nil {
 		return nil, err
 	}
 	if !o.keepDB {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if err := dropDatabase(dctx, dsn); err != nil {
+			if err := fleet.DropDatabase(dctx, dsn); err != nil {
 				fmt.Fprintf(o.logw, "demo: drop database: %v\n", err)
 			}
 		}()
 	}
-	f, err := startFleet(ctx, fleetConfig{
+	f, err := fleet.Start(ctx, fleet.Config{
 		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: strategy,
 		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy),
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer f.stop()
+	defer f.Stop()
 	res, err := driver.Run(ctx, driver.Config{
 		URLs: f.URLs(), Stock: p.stock, Buyers: p.buyers, Concurrency: p.concurrency, Quantity: p.quantity,
 		AdminToken: token, Retries: o.retries, Duration: p.duration, MySQLDSN: dsn, RedisAddr: o.redis,
 		ExpectOversell: strategy == "none", Label: strategy, Log: o.logw,
 	})
-	stopped := f.stop()
+	stopped := f.Stop()
 	if err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, f.logs())
+		return nil, fmt.Errorf("%w\n%s", err, f.Logs())
 	}
 	res.Instances = stopped
 	for i, in := range stopped {
-		res.AddCheck(fmt.Sprintf("instance %d exited 0 after SIGTERM", i), in.ExitOK, errNotGraceful.Error()+"; log "+f.instances[i].logPath)
+		res.AddCheck(fmt.Sprintf("instance %d exited 0 after SIGTERM", i), in.ExitOK, fleet.ErrNotGraceful.Error()+"; log "+f.Instances[i].LogPath)
 	}
 	return res, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/fleet"
 )
 
 // TestProof is the short version of `make demo`: the real binary, three
@@ -18,7 +19,7 @@ import (
 func TestProof(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bin, err := buildStock(ctx, "go", t.TempDir())
+	bin, err := fleet.Build(ctx, "go", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,18 +40,18 @@ func TestProof(t *testing.T) {
 		// ~50 MySQL connections, and the shared MariaDB allows 151 in all.
 		t.Run(name, func(t *testing.T) {
 			dsn := testserver.Database(t) // t_<test>_<nanos>, dropped at the end
-			if err := migrate(ctx, bin, dsn); err != nil {
+			if err := fleet.Migrate(ctx, bin, dsn); err != nil {
 				t.Fatal(err)
 			}
 			token := "proof-" + driver.NewRunID()
-			f, err := startFleet(ctx, fleetConfig{
+			f, err := fleet.Start(ctx, fleet.Config{
 				Bin: bin, N: 3, DSN: dsn, RedisAddr: testserver.SharedRedis, AdminToken: token,
 				Strategy: tc.strategy, LogDir: t.TempDir(), Name: dbSafe(tc.strategy),
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { f.stop() })
+			t.Cleanup(func() { f.Stop() })
 
 			cfg := driver.Config{
 				URLs: f.URLs(), Stock: 100, Buyers: 400, Concurrency: 50, Quantity: tc.quantity, AdminToken: token,
@@ -59,11 +60,11 @@ func TestProof(t *testing.T) {
 			}
 			res, err := driver.Run(ctx, cfg)
 			if err != nil {
-				t.Fatalf("driver.Run(%s) = %v\n%s", tc.strategy, err, f.logs())
+				t.Fatalf("driver.Run(%s) = %v\n%s", tc.strategy, err, f.Logs())
 			}
-			for i, in := range f.stop() {
+			for i, in := range f.Stop() {
 				if !in.ExitOK {
-					t.Errorf("instance %d (%s) did not exit 0 after SIGTERM\n%s", i, in.URL, f.logs())
+					t.Errorf("instance %d (%s) did not exit 0 after SIGTERM\n%s", i, in.URL, f.Logs())
 				}
 				if in.PeakRSSBytes <= 0 {
 					t.Errorf("instance %d: peak RSS %d; want > 0", i, in.PeakRSSBytes)

@@ -72,6 +72,24 @@ type Config struct {
 	ReadyTimeout   time.Duration // how long to wait for every /readyz (default 30s)
 	Label          string        // names the run in reports (e.g. the strategy); default the SKU
 	Log            io.Writer     // progress lines; nil: none
+	// Failover sends a buyer's retry to the next URL when its try got no
+	// answer or 502/503/504 (what a load balancer does when an instance
+	// dies); default: every try of a buyer goes to the same instance.
+	Failover bool
+	// Observe, if set, is called after every order request, from the
+	// buyers' goroutines (so it must be safe for concurrent use and quick).
+	// Fault tests use it to time recoveries.
+	Observe func(Event)
+}
+
+// Event is one order request, as Config.Observe sees it.
+type Event struct {
+	Buyer  int
+	Try    int
+	URL    string    // the instance's base URL
+	Sent   time.Time // when the request was sent
+	At     time.Time // when the answer (or the error) came
+	Status string    // "201", "503", "no-response", ...
 }
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
@@ -547,11 +565,13 @@ func (r *runner) buy(ctx context.Context, res *Result) ([]buyer, []attempt) {
 // buyer places one order under one key, retrying with that key while the
 // answer is "not now" (429, 502, 503, 504 or none).
 func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attempt) buyer {
-	base := r.cfg.URLs[i%len(r.cfg.URLs)]
+	u := i % len(r.cfg.URLs)
 	key := r.runID + "-" + strconv.Itoa(i)
 	h := http.Header{"Idempotency-Key": {key}}
 	var b buyer
 	for try := 0; ; try++ {
+		base := r.cfg.URLs[u]
+		sent := time.Now()
 		ans, d, err := r.send(ctx, http.MethodPost, base+"/v1/orders", payload, h)
 		if err != nil && ctx.Err() != nil {
 			// The duration cap, not the server: neither an answer nor a latency.
@@ -563,6 +583,13 @@ func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attemp
 			status = strconv.Itoa(ans.status)
 		}
 		*log = append(*log, attempt{at: time.Since(r.start), latency: d, status: status})
+		if r.cfg.Observe != nil {
+			r.cfg.Observe(Event{Buyer: i, Try: try, URL: base, Sent: sent, At: sent.Add(d), Status: status})
+		}
+		if r.cfg.Failover && (err != nil || ans.status == http.StatusBadGateway ||
+			ans.status == http.StatusServiceUnavailable || ans.status == http.StatusGatewayTimeout) {
+			u = (u + 1) % len(r.cfg.URLs)
+		}
 		b.last, b.answered = status, err == nil
 		switch {
 		case err != nil:

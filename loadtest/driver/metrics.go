@@ -88,6 +88,31 @@ func (r *runner) scrapeAll(ctx context.Context) []scrape {
 	return out
 }
 
+// ScrapeMetrics reads base/metrics once and returns its counters as they
+// stand (not a delta). Fault tests use it to see what happened around a
+// fault, between the scrapes Run makes before and after the buying phase.
+func ScrapeMetrics(ctx context.Context, base string) (InstanceMetrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
+	if err != nil {
+		return InstanceMetrics{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return InstanceMetrics{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return InstanceMetrics{}, fmt.Errorf("driver: %s/metrics: status %d", base, resp.StatusCode)
+	}
+	s, err := parseMetrics(resp.Body)
+	if err != nil {
+		return InstanceMetrics{}, err
+	}
+	return instanceMetrics(base, s), nil
+}
+
 // parseMetrics reads the Prometheus text exposition format (no timestamps,
 // as client_golang writes it).
 func parseMetrics(r io.Reader) (scrape, error) {

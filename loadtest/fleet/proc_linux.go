@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// sysProcAttr kills an instance when the demo itself dies, so a crashed or
+// sysProcAttr kills an instance when the process that started it dies, so a crashed or
 // killed run never leaves servers behind.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
