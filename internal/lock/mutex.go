@@ -93,6 +93,21 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
 	}
+	// Fast path: when no waiter of this Client is in line for the lock, try
+	// at once; that overtakes no one here, and the line in Redis guards the
+	// other clients' turn.
+	c.mu.Lock()
+	_, queued := c.queues[m.name]
+	c.mu.Unlock()
+	firstWait := time.Duration(-1) // the busy reply of the fast attempt, if made
+	if !queued {
+		h, pttl, err := m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
+		if err != nil || h != nil {
+			return h, err
+		}
+		firstWait = max(pttl, 0)
+	}
+
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	// sleep waits for d (capped by the wait), a poke on wake, ctx or Close.
@@ -122,6 +137,17 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	}
 	var h *Hold
 	defer func() { c.dequeue(q, w, h != nil) }()
+	if firstWait >= 0 {
+		c.mu.Lock()
+		q.inLine = true // the fast attempt put this client in line
+		c.mu.Unlock()
+		if w.head {
+			c.subscribe(q)
+			if err := sleep(min(firstWait, queueRefresh), q.wake); err != nil {
+				return nil, err
+			}
+		}
+	}
 	// Wait for our turn: only the oldest waiter of this Client contends in Redis.
 	for !w.head {
 		if err := sleep(time.Hour, w.turn); err != nil {

@@ -291,38 +291,71 @@ func (s *Service) underLock(ctx, wctx context.Context, d Deduction) (Order, erro
 	if s.skipLock() {
 		return s.withoutRedis(wctx, d, nil)
 	}
-	start := time.Now()
-	h, err := s.locks.TryLock(ctx, d.SKU, s.cfg.LockWait, s.cfg.LockLease)
-	wait := time.Since(start)
-	switch {
-	case errors.Is(err, lock.ErrNotObtained):
-		s.metrics.Lock("timeout", wait)
-		if ctx.Err() != nil {
-			return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-		}
-		return Order{}, fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
-	case err != nil:
-		s.metrics.Lock("error", wait)
-		return s.withoutRedis(wctx, d, err)
-	}
-	s.metrics.Lock("acquired", wait)
-	s.redisUp()
+	var h Hold
+	var redisErr error
 	defer func() {
-		s.metrics.Held(time.Since(start) - wait)
+		if h == nil {
+			return
+		}
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		if err := h.Unlock(uctx); err != nil {
 			s.log.Warn("unlock failed", "sku", d.SKU, "err", err)
 		}
 	}()
+	var acquired time.Time
+	take := func() error {
+		start := time.Now()
+		hh, err := s.locks.TryLock(ctx, d.SKU, s.cfg.LockWait, s.cfg.LockLease)
+		wait := time.Since(start)
+		switch {
+		case errors.Is(err, lock.ErrNotObtained):
+			s.metrics.Lock("timeout", wait)
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			}
+			return fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
+		case err != nil:
+			s.metrics.Lock("error", wait)
+			redisErr = err
+			return err
+		}
+		s.metrics.Lock("acquired", wait)
+		s.redisUp()
+		h, acquired = hh, time.Now()
+		return nil
+	}
+	defer func() {
+		if h != nil {
+			s.metrics.Held(time.Since(acquired))
+		}
+	}()
 
-	fence := h.Fence()
-	d.Fence = &fence
 	if s.cfg.Strategy == StrategyLock {
-		// Deliberately the naive tutorial version: trust the lock, write plain
-		// values, never look back. The fault runs show what that costs.
+		// Deliberately the naive tutorial version: lock, then read, check and
+		// write plain values, trusting the lock. The fault runs show the cost.
+		if err := take(); err != nil {
+			if redisErr != nil {
+				return s.withoutRedis(wctx, d, redisErr)
+			}
+			return Order{}, err
+		}
+		fence := h.Fence()
+		d.Fence = &fence
 		d.Write = WritePlain
 		return s.deduct(wctx, d)
+	}
+
+	// lock+version: the transaction inserts the order and ledger rows first
+	// (they touch no shared row), then takes the lock, so the critical
+	// section is only the read, the versioned UPDATE and COMMIT.
+	d.Guard = func() (int64, error) {
+		if h == nil { // held already on a retry in a new transaction
+			if err := take(); err != nil {
+				return 0, err
+			}
+		}
+		return h.Fence(), nil
 	}
 	d.BeforeCommit = func() error {
 		// Err also checks the lease deadline, so a pause past the lease is
@@ -333,7 +366,12 @@ func (s *Service) underLock(ctx, wctx context.Context, d Deduction) (Order, erro
 		return nil
 	}
 	d.Write = WriteVersioned
-	return s.versioned(wctx, d)
+	o, err := s.versioned(wctx, d)
+	if redisErr != nil && h == nil {
+		d.Guard, d.BeforeCommit = nil, nil
+		return s.withoutRedis(wctx, d, redisErr)
+	}
+	return o, err
 }
 
 // withoutRedis handles an order while Redis is unreachable: the conditional
