@@ -125,6 +125,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		LockLease:         cfg.LockLease,
 		RejectOnRedisDown: cfg.RejectOnRedis,
 		MaxQuantity:       cfg.MaxQuantity,
+		BatchMax:          cfg.BatchMax,
 	}
 	if d := cfg.CriticalDelay; d > 0 {
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)

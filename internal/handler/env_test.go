@@ -65,6 +65,7 @@ type instanceOpts struct {
 	hook      func()
 	locker    service.Locker // overrides the Redis lock
 	noAdmin   bool
+	batchMax  int // 0: 32, the service's default
 }
 
 // instance is one service instance: its own Redis client, lock.Client,
@@ -99,8 +100,12 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	if o.locker != nil {
 		locker = o.locker
 	}
+	if o.batchMax == 0 {
+		o.batchMax = 32
+	}
 	svc := service.New(service.Config{
 		Strategy: o.strategy, LockWait: o.lockWait, RejectOnRedisDown: o.reject, CriticalSectionHook: o.hook,
+		BatchMax: o.batchMax,
 	}, d.store, locker, nil, m)
 	token := adminToken
 	if o.noAdmin {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/seckill/stock/internal/service"
 )
@@ -71,6 +72,19 @@ func TestOversell(t *testing.T) {
 			if c := count(rs); c[http.StatusCreated] != 50 || c[http.StatusConflict] != 150 {
 				t.Fatalf("statuses %v; want 50 x 201 and 150 x 409", c)
 			}
+			if st == service.StrategyLockVersion {
+				var batches, orders float64
+				for _, in := range ins {
+					var m dto.Metric
+					_ = in.metrics.BatchSize.Write(&m)
+					batches += float64(m.GetHistogram().GetSampleCount())
+					orders += m.GetHistogram().GetSampleSum()
+				}
+				t.Logf("lock+version: %v orders requests in %v lock acquisitions", orders, batches)
+				if batches == 0 || batches >= orders {
+					t.Fatalf("%v lock acquisitions for %v order requests; want requests combined", batches, orders)
+				}
+			}
 		})
 	}
 }
@@ -129,7 +143,9 @@ func TestBackstopRejectsStaleWriter(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		})
 	}
-	in = newInstance(t, d, instanceOpts{strategy: service.StrategyLockVersion, locker: anyoneLocker{}, hook: hook})
+	// One order per transaction (no combining), so the stale writer runs
+	// beside the first instead of joining its batch.
+	in = newInstance(t, d, instanceOpts{strategy: service.StrategyLockVersion, locker: anyoneLocker{}, hook: hook, batchMax: 1})
 	in.setStock(t, "ONE", 1)
 	first := in.order(t, "first", "ONE", 1)
 	<-done

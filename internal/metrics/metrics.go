@@ -20,6 +20,7 @@ type Metrics struct {
 	Renewals        *prometheus.CounterVec // result: renewed, lost, failed
 	Conflicts       *prometheus.CounterVec // strategy: versioned UPDATE misses
 	DBOnly          prometheus.Counter     // orders placed through the DB-only path because Redis was down
+	BatchSize       prometheus.Histogram   // orders served per lock acquisition (request combining)
 }
 
 // New registers the metrics on reg, with the Go and process collectors.
@@ -55,9 +56,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		DBOnly: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stock_db_only_orders_total", Help: "Order attempts sent down the DB-only path because Redis was unreachable.",
 		}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stock_lock_batch_orders", Help: "Orders of one SKU served per lock acquisition (lock+version request combining).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.Orders, m.LockWait, m.LockHeld, m.LockResults,
-		m.Renewals, m.Conflicts, m.DBOnly,
+		m.Renewals, m.Conflicts, m.DBOnly, m.BatchSize,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"created", "replayed", "sold_out", "busy", "rejected", "lock_lost", "error"} {
 		m.Orders.WithLabelValues(r)
@@ -92,6 +97,13 @@ func (m *Metrics) Lock(result string, wait time.Duration) {
 func (m *Metrics) Held(d time.Duration) {
 	if m != nil {
 		m.LockHeld.Observe(d.Seconds())
+	}
+}
+
+// Batch records how many orders one lock acquisition served.
+func (m *Metrics) Batch(n int) {
+	if m != nil {
+		m.BatchSize.Observe(float64(n))
 	}
 }
 

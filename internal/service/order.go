@@ -81,6 +81,9 @@ type Config struct {
 	// VersionRetries bounds the new transactions after a version conflict
 	// (default 3 under the lock, 20 for the lock-free version strategy).
 	VersionRetries int
+	// BatchMax is the most orders of one SKU that lock+version places in one
+	// transaction under one lock (request combining); <= 1 turns it off.
+	BatchMax int
 	// CriticalSectionHook, if set, runs inside the transaction just before
 	// COMMIT. Tests and fault runs use it to land a pause in the critical section.
 	CriticalSectionHook func()
@@ -93,6 +96,8 @@ type Service struct {
 	locks   Locker
 	log     *slog.Logger
 	metrics *metrics.Metrics
+
+	comb combiner
 
 	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
 	redisDown      atomic.Bool  // for logging once per outage
@@ -118,7 +123,8 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m}
+	return &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m,
+		comb: combiner{pending: make(map[string][]*call), active: make(map[string]bool)}}
 }
 
 // Strategy returns the configured strategy.
@@ -196,7 +202,13 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	case StrategyVersion:
 		d.Write = WriteVersioned
 		o, err = s.versioned(wctx, d)
-	case StrategyLock, StrategyLockVersion:
+	case StrategyLockVersion:
+		if s.cfg.BatchMax > 1 {
+			o, err = s.combined(ctx, wctx, d)
+			break
+		}
+		o, err = s.underLock(ctx, wctx, d)
+	case StrategyLock:
 		o, err = s.underLock(ctx, wctx, d)
 	default:
 		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)

@@ -135,6 +135,22 @@ type Deduction struct {
 	BeforeCommit func() error
 }
 
+// BatchItem is one order of a Batch.
+type BatchItem struct {
+	Key         string
+	RequestHash string
+	Quantity    int
+}
+
+// Batch is several orders of one SKU, placed in one transaction under the lock.
+type Batch struct {
+	SKU   string
+	Items []BatchItem
+	Fence int64
+	// BeforeCommit runs before COMMIT; an error rolls everything back.
+	BeforeCommit func() error
+}
+
 // Store is what the service needs from the database.
 type Store interface {
 	// OrderByKey returns the order of an idempotency key, or ErrOrderNotFound.
@@ -151,6 +167,12 @@ type Store interface {
 	// ErrUnknownSKU, ErrConflict, ErrDuplicateKey, ErrUnavailable, or the
 	// error of BeforeCommit.
 	Deduct(ctx context.Context, d Deduction) (Order, error)
+	// DeductBatch places the batch's orders in one transaction, filled in
+	// order while stock lasts, ending with one versioned UPDATE. Per item it
+	// returns the order, or ErrSoldOut or ErrDuplicateKey for that item. Its
+	// error (ErrConflict, ErrUnknownSKU, ErrUnavailable, or BeforeCommit's)
+	// means nothing was written.
+	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)
 	// Ping checks the database.
 	Ping(ctx context.Context) error
 }
