@@ -31,6 +31,14 @@ run: build
 bench:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m .
 
+## chaos: the whole fault matrix (loadtest/chaos, STOCK_CHAOS=full): prints the results table and
+## writes it to loadtest/report/chaos.md; `make test` runs its short subset
+chaos:
+	@mkdir -p loadtest/report && rm -f loadtest/report/chaos.md
+	STOCK_CHAOS=full STOCK_CHAOS_REPORT=$(CURDIR)/loadtest/report/chaos.md \
+		$(GO) test -race -count=1 -timeout 20m -run '^TestChaos$$' ./loadtest/chaos; \
+		status=$$?; cat loadtest/report/chaos.md 2>/dev/null; exit $$status
+
 ## k6-check: type-check the k6 scripts against @types/k6 (no k6 needed)
 ## compose-check: validate docker-compose.yml, loadtest/nginx.conf and the Dockerfile without Docker
 .PHONY: k6-check compose-check

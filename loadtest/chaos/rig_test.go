@@ -1,0 +1,299 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/testserver"
+	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/fleet"
+)
+
+// The binary is built once per test process, into a directory TestMain removes.
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func stockBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "stock-chaos-"); binErr != nil {
+			return
+		}
+		binPath, binErr = fleet.Build(context.Background(), "go", binDir)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// rigConfig is what a scenario runs on.
+type rigConfig struct {
+	strategy  string
+	env       map[string]string // STOCK_ settings of every instance
+	redisAddr string            // STOCK_REDIS_ADDRS; empty: a redis-server of the rig's own
+	mysqlBase string            // a DSN without a database; empty: the shared MariaDB
+}
+
+// rig is three instances on their own Redis and a fresh database, and what
+// the load saw.
+type rig struct {
+	t     *testing.T
+	redis *testserver.Redis // nil when redisAddr was given
+	rdb   redis.UniversalClient
+	dsn   string
+	db    *sql.DB
+	fleet *fleet.Fleet
+	token string
+	sku   string
+
+	mu     sync.Mutex
+	events []driver.Event
+}
+
+func newRig(t *testing.T, rc rigConfig) *rig {
+	t.Helper()
+	ctx := context.Background()
+	r := &rig{t: t, token: "chaos-" + driver.NewRunID(), sku: "chaos-" + driver.NewRunID()}
+	addr := rc.redisAddr
+	if addr == "" {
+		r.redis = testserver.StartRedis(t)
+		addr = r.redis.Addr
+		r.rdb = r.redis.Client(t)
+	}
+	base := rc.mysqlBase
+	if base == "" {
+		base = testserver.SharedMySQL
+	}
+	r.dsn = testserver.DatabaseOn(t, base)
+	bin := stockBin(t)
+	if err := fleet.Migrate(ctx, bin, r.dsn); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", r.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(2)
+	t.Cleanup(func() { _ = db.Close() })
+	r.db = db
+	f, err := fleet.Start(ctx, fleet.Config{
+		Bin: bin, N: 3, DSN: r.dsn, RedisAddr: addr, AdminToken: r.token, Strategy: rc.strategy,
+		LogDir: t.TempDir(), Name: "stock", Env: rc.env,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Stop() })
+	r.fleet = f
+	return r
+}
+
+type outcome struct {
+	res *driver.Result
+	err error
+}
+
+// load starts the driver on the rig's instances; receive from the channel
+// for its result. The buyers fail over to the next instance when one does
+// not answer, and every request is recorded for the recovery times.
+func (r *rig) load(ctx context.Context, cfg driver.Config) <-chan outcome {
+	cfg.URLs = r.fleet.URLs()
+	cfg.AdminToken = r.token
+	cfg.SKU = r.sku
+	cfg.MySQLDSN = r.dsn
+	cfg.Failover = true
+	if cfg.Label == "" {
+		cfg.Label = r.t.Name()
+	}
+	cfg.Observe = func(e driver.Event) {
+		r.mu.Lock()
+		r.events = append(r.events, e)
+		r.mu.Unlock()
+	}
+	out := make(chan outcome, 1)
+	go func() {
+		res, err := driver.Run(ctx, cfg)
+		out <- outcome{res, err}
+	}()
+	return out
+}
+
+// wait receives the driver's result, failing the test if the run could not
+// be made at all.
+func (r *rig) wait(out <-chan outcome) *driver.Result {
+	r.t.Helper()
+	o := <-out
+	if o.err != nil {
+		r.t.Fatalf("driver.Run = %v\n%s", o.err, r.fleet.Logs())
+	}
+	return o.res
+}
+
+// waitSold waits until the SKU's stock row says at least n units are sold.
+func (r *rig) waitSold(ctx context.Context, n int64) {
+	r.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var sold int64
+		err := r.db.QueryRowContext(ctx, "SELECT sold FROM stock WHERE sku = ?", r.sku).Scan(&sold)
+		if err == nil && sold >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("waiting for %d units sold of %s: sold %d, %v\n%s", n, r.sku, sold, err, r.fleet.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nextCreated is the time from t0 to the first 201 answered after it, or -1.
+func (r *rig) nextCreated(t0 time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	best := time.Duration(-1)
+	for _, e := range r.events {
+		if e.Status == "201" && e.At.After(t0) && (best < 0 || e.At.Sub(t0) < best) {
+			best = e.At.Sub(t0)
+		}
+	}
+	return best
+}
+
+// eventsOf returns the recorded requests that match.
+func (r *rig) eventsOf(match func(driver.Event) bool) []driver.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []driver.Event
+	for _, e := range r.events {
+		if match(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// lockKey is the SKU lock of the service (service.RedisLocker).
+func (r *rig) lockKey() string { return "stock:{" + r.sku + "}" }
+
+// lockFields returns the owner fields of the SKU lock (none: not held).
+func (r *rig) lockFields(ctx context.Context) []string {
+	f, _ := r.rdb.HKeys(ctx, r.lockKey()).Result()
+	slices.Sort(f)
+	return f
+}
+
+// pauseHolder pauses (SIGSTOP) one of the candidate instances while it holds
+// the SKU lock, and returns it paused, with the moment it was stopped. It
+// tells the holder by the lock itself: a hold that neither ends nor is
+// renewed for 250ms (a hold lasts tens of ms, and the watchdog renews every
+// third of the lease) belongs to the paused process. Otherwise it resumes the
+// instance and tries another, up to 30 times.
+func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instance, time.Time) {
+	r.t.Helper()
+	for try := 0; try < 30; try++ {
+		in := r.fleet.Instances[candidates[try%len(candidates)]]
+		if err := in.Signal(syscall.SIGSTOP); err != nil {
+			r.t.Fatalf("SIGSTOP instance %d: %v", in.Index, err)
+		}
+		t0 := time.Now()
+		time.Sleep(150 * time.Millisecond)
+		f1 := r.lockFields(ctx)
+		p1, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
+		time.Sleep(250 * time.Millisecond)
+		f2 := r.lockFields(ctx)
+		p2, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
+		if len(f1) == 1 && slices.Equal(f1, f2) && p2 > 0 && p2 < p1 {
+			return in, t0
+		}
+		if err := in.Signal(syscall.SIGCONT); err != nil {
+			r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
+		}
+		time.Sleep(time.Duration(50+try*13%100) * time.Millisecond)
+	}
+	r.t.Fatalf("no candidate instance %v was found holding the lock of %s in 30 tries\n%s", candidates, r.sku, r.fleet.Logs())
+	return nil, time.Time{}
+}
+
+// acquired sums stock_lock_results_total{result="acquired"} over the
+// running instances.
+func (r *rig) acquired(ctx context.Context) float64 {
+	var n float64
+	for _, in := range r.fleet.Instances {
+		if !in.Running() {
+			continue
+		}
+		m, err := driver.ScrapeMetrics(ctx, in.URL)
+		if err == nil {
+			n += m.LockResults["acquired"]
+		}
+	}
+	return n
+}
+
+// lockBack polls the instances' metrics until a lock acquisition beyond
+// base is counted, and returns how long that took from t0 (or -1 after
+// limit).
+func (r *rig) lockBack(ctx context.Context, t0 time.Time, base float64, limit time.Duration) time.Duration {
+	for time.Since(t0) < limit {
+		if r.acquired(ctx) > base {
+			return time.Since(t0)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return -1
+}
+
+// fill copies what the run measured into the row.
+func fill(row *Row, res *driver.Result) {
+	row.Stock, row.Sold, row.Oversold, row.LostUpdates = res.Stock, res.Sold, res.Oversold, res.LostUpdates
+	row.Statuses = res.Statuses
+	row.Conflicts = res.Metrics.Sum.Conflicts
+	row.LostLocks = res.Metrics.Sum.LockResults["lost"]
+	row.DBOnly = res.Metrics.Sum.DBOnly
+}
+
+// summary is the driver's summary of a run, for failure messages and -v.
+func summary(res *driver.Result) string {
+	var b strings.Builder
+	driver.WriteSummary(&b, res)
+	return b.String()
+}
+
+// requireSafe fails the test unless every safety check of the run held; with
+// live, also unless every buyer who could buy did.
+func (r *rig) requireSafe(res *driver.Result, live bool) {
+	r.t.Helper()
+	r.t.Log(summary(res))
+	switch {
+	case !res.Safe:
+		r.t.Errorf("%s: unsafe run: failed checks %+v\n%s", r.t.Name(), res.Failed(), r.fleet.Logs())
+	case live && !res.Passed:
+		r.t.Errorf("%s: safe, but buyers gave up: failed checks %+v\n%s", r.t.Name(), res.Failed(), r.fleet.Logs())
+	}
+}
+
+// describe names the instance, for notes.
+func describe(in *fleet.Instance) string { return fmt.Sprintf("instance %d", in.Index) }
