@@ -64,6 +64,9 @@ func WriteMarkdown(w io.Writer, title string, rows []Row) error {
 			r.ID, escape(r.Scenario), escape(r.Strategy), r.Sold, r.Stock, over, statuses(r.Statuses),
 			r.Statuses["200"], count(r.Conflicts), count(r.LostLocks), count(r.DBOnly), recovery(r.Recovery), r.Verdict)
 	}
+	b.WriteString("\nResponses count every order request, retries included (no-response: a timeout or a refused connection; " +
+		"the driver retries those on the next instance). Conflicts, lost locks and db-only orders are the services' own counters, " +
+		"summed over the instances still running at the end. Recovery: from the fault to the first 201 of an order written after it.\n")
 	var notes []string
 	for _, r := range rows {
 		if r.Note != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -169,13 +170,38 @@ func (r *rig) waitSold(ctx context.Context, n int64) {
 	}
 }
 
-// nextCreated is the time from t0 to the first 201 answered after it, or -1.
-func (r *rig) nextCreated(t0 time.Time) time.Duration {
+// nextCreated is the time from t0 to the first 201 of an order that was
+// written after t0 (its created_at, stamped inside the transaction, is after
+// t0), or -1. Going by the write rather than by the answer leaves out the
+// answers already on their way when the fault hit.
+func (r *rig) nextCreated(res *driver.Result, t0 time.Time) time.Duration {
+	r.t.Helper()
+	written := map[string]time.Time{}
+	rows, err := r.db.Query("SELECT idempotency_key, created_at FROM orders WHERE sku = ?", r.sku)
+	if err != nil {
+		r.t.Fatalf("orders of %s: %v", r.sku, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var at time.Time
+		if err := rows.Scan(&key, &at); err != nil {
+			r.t.Fatalf("orders of %s: %v", r.sku, err)
+		}
+		written[key] = at
+	}
+	if err := rows.Err(); err != nil {
+		r.t.Fatalf("orders of %s: %v", r.sku, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	best := time.Duration(-1)
 	for _, e := range r.events {
-		if e.Status == "201" && e.At.After(t0) && (best < 0 || e.At.Sub(t0) < best) {
+		if e.Status != "201" {
+			continue
+		}
+		at, ok := written[res.RunID+"-"+strconv.Itoa(e.Buyer)]
+		if ok && at.After(t0) && (best < 0 || e.At.Sub(t0) < best) {
 			best = e.At.Sub(t0)
 		}
 	}
