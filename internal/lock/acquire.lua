@@ -4,8 +4,10 @@
 -- ARGV[1] lease in ms, ARGV[2] owner field "<clientID>:<holdID>" (never reused),
 -- ARGV[3] clientID, ARGV[4] how long a queue entry lives without a retry, in ms
 --         (0: a single attempt that does not join the queue)
--- Reply: {fence} when acquired; otherwise how long to wait at most, in ms
--- (the holder's PTTL, or the deadline of the client first in line).
+-- Reply: {fence} when acquired; otherwise {wait, skip}: how long to wait at
+-- most, in ms (the holder's PTTL, or the deadline of the client first in
+-- line), and how many unlocks will hand the lock to clients ahead of this one
+-- (-1: unknown, try at the next).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -38,6 +40,7 @@ elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 
 local wait = redis.call('pttl', KEYS[1])
+local held = wait ~= -2
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
   if not redis.call('zscore', KEYS[4], ARGV[3]) then
@@ -56,4 +59,15 @@ if wait == -2 then
     wait = math.max(1, tonumber(redis.call('zscore', KEYS[4], first)) - now)
   end
 end
-return wait
+-- How many unlocks to let go by before trying again: each unlock hands the
+-- lock to the client first in line, and when the lock is free the first in
+-- line is taking it now, without an unlock.
+local skip = -1
+if ttl > 0 then
+  local pos = redis.call('lpos', KEYS[3], ARGV[3])
+  if pos then
+    skip = pos
+    if not held then skip = pos - 1 end
+  end
+end
+return {wait, skip}

@@ -68,7 +68,7 @@ func TestMockLockUnlockSequence(t *testing.T) {
 
 func TestMockBusyIsNotAcquired(t *testing.T) {
 	c, mock := mockClient(t)
-	expectAcquire(mock, "cid:1", 0).SetVal(int64(1234))
+	expectAcquire(mock, "cid:1", 0).SetVal([]any{int64(1234), int64(-1)})
 	h, err := c.Mutex(mockName).TryLock(context.Background(), 0, 0)
 	if h != nil || !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("TryLock on a busy reply = %v, %v; want nil, ErrNotObtained", h, err)

@@ -99,13 +99,13 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	c.mu.Lock()
 	_, queued := c.queues[m.name]
 	c.mu.Unlock()
-	firstWait := time.Duration(-1) // the busy reply of the fast attempt, if made
+	fastBusy := false
 	if !queued {
-		h, pttl, err := m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
+		h, _, err := m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
 		if err != nil || h != nil {
 			return h, err
 		}
-		firstWait = max(pttl, 0)
+		fastBusy = true
 	}
 
 	timer := time.NewTimer(time.Hour)
@@ -137,13 +137,14 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	}
 	var h *Hold
 	defer func() { c.dequeue(q, w, h != nil) }()
-	if firstWait >= 0 {
+	if fastBusy {
 		c.mu.Lock()
 		q.inLine = true // the fast attempt put this client in line
 		c.mu.Unlock()
 		if w.head {
+			// Subscribe and look again once the subscription is live.
 			c.subscribe(q)
-			if err := sleep(min(firstWait, queueRefresh), q.wake); err != nil {
+			if err := sleep(queueRefresh, q.wake); err != nil {
 				return nil, err
 			}
 		}
@@ -166,8 +167,11 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		}
 	}
 	for {
-		var pttl time.Duration
-		h, pttl, err = m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
+		c.mu.Lock()
+		unlocks, confirms := q.unlocks, q.confirms
+		c.mu.Unlock()
+		var b busy
+		h, b, err = m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
 		if err != nil || h != nil {
 			return h, err
 		}
@@ -176,22 +180,41 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		c.mu.Unlock()
 		c.subscribe(q)
 		switch {
-		case pttl < 0: // no TTL on the key (not our protocol): look again now and then
-			pttl = time.Second
-		case pttl == 0:
-			pttl = time.Millisecond
+		case b.wait < 0: // no TTL on the key (not our protocol): look again now and then
+			b.wait = time.Second
+		case b.wait == 0:
+			b.wait = time.Millisecond
 		}
 		// Retry at least every queueRefresh, which keeps our place in line.
-		if err := sleep(min(pttl, queueRefresh), q.wake); err != nil {
-			return nil, err
+		// Each unlock hands the lock to the client first in line, so a client
+		// lets the unlocks that go to those ahead of it go by.
+		retryAt := time.Now().Add(min(b.wait, queueRefresh))
+		for {
+			if err := sleep(time.Until(retryAt), q.wake); err != nil {
+				return nil, err
+			}
+			c.mu.Lock()
+			u, cf := q.unlocks, q.confirms
+			c.mu.Unlock()
+			if !time.Now().Before(retryAt) || cf != confirms || b.skip < 0 || u-unlocks > uint64(b.skip) {
+				break
+			}
 		}
 	}
+}
+
+// busy is the answer to an attempt on a held lock: the longest sleep before
+// looking again, and how many unlocks go to clients ahead in line (-1:
+// unknown).
+type busy struct {
+	wait time.Duration
+	skip int64
 }
 
 // attempt runs the acquire script once. It returns a hold when acquired, the
 // holder's PTTL when busy, or an error. An attempt whose reply was lost or
 // unreadable is undone, so an error never leaves a hold behind.
-func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, watchdog bool, inLine time.Duration) (*Hold, time.Duration, error) {
+func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, watchdog bool, inLine time.Duration) (*Hold, busy, error) {
 	c := m.c
 	sent := c.now()
 	res, err := acquireScript.Run(ctx, c.rdb, []string{m.name, m.token, m.queue, m.timeout},
@@ -199,13 +222,20 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 	var fence int64
 	if err == nil {
 		switch v := res.(type) {
-		case int64:
-			return nil, time.Duration(v) * time.Millisecond, nil
+		case int64: // a plain PTTL, as Redisson's script answers
+			return nil, busy{wait: time.Duration(v) * time.Millisecond, skip: -1}, nil
 		case []any:
 			if len(v) == 1 {
 				if f, ok := v[0].(int64); ok {
 					fence = f
 					break
+				}
+			}
+			if len(v) == 2 {
+				w, ok1 := v[0].(int64)
+				p, ok2 := v[1].(int64)
+				if ok1 && ok2 {
+					return nil, busy{wait: time.Duration(w) * time.Millisecond, skip: p}, nil
 				}
 			}
 			err = fmt.Errorf("unexpected reply %v", res)
@@ -219,7 +249,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 			m.releaseCall(uctx, owner, 1, dur)
 			cancel()
 		}
-		return nil, 0, acquireErr(ctx, m.name, err)
+		return nil, busy{}, acquireErr(ctx, m.name, err)
 	}
 	l := newLease(m, ctx, owner, fence, dur, watchdog, sent)
 	if err := c.register(l); err != nil {
@@ -227,9 +257,9 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 		m.releaseCall(uctx, owner, 1, dur)
 		cancel()
-		return nil, 0, err
+		return nil, busy{}, err
 	}
-	return &Hold{l: l}, 0, nil
+	return &Hold{l: l}, busy{}, nil
 }
 
 // neverSent reports an error that proves the command never reached Redis
@@ -268,7 +298,9 @@ type queue struct {
 	waiters    []*waiter
 	wake       chan struct{} // pokes the head: an unlock was published, or the subscription is live
 	subscribed bool
-	inLine     bool // this client has an entry in the lock's queue in Redis
+	inLine     bool   // this client has an entry in the lock's queue in Redis
+	unlocks    uint64 // unlock messages seen
+	confirms   uint64 // subscription confirmations seen (the first, and after reconnects)
 }
 
 type waiter struct {
@@ -344,10 +376,18 @@ func (c *Client) subscribe(q *queue) {
 	c.sub.subscribe(q.m.channel)
 }
 
-// poke wakes the head waiter of the queue on channel, if any.
-func (c *Client) poke(channel string) {
+// poke wakes the head waiter of the queue on channel, if any, after an
+// unlock message or a subscription confirmation.
+func (c *Client) poke(channel string, unlock bool) {
 	c.mu.Lock()
 	q := c.channels[channel]
+	if q != nil {
+		if unlock {
+			q.unlocks++
+		} else {
+			q.confirms++
+		}
+	}
 	c.mu.Unlock()
 	if q != nil {
 		select {

@@ -120,10 +120,10 @@ func (s *subscriber) dispatch(ch <-chan any) {
 	for msg := range ch {
 		switch m := msg.(type) {
 		case *redis.Message:
-			s.c.poke(m.Channel)
+			s.c.poke(m.Channel, true)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				s.c.poke(m.Channel)
+				s.c.poke(m.Channel, false)
 			}
 		}
 	}
