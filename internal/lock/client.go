@@ -40,13 +40,16 @@ var (
 	forceSrc string
 	//go:embed leave.lua
 	leaveSrc string
+	//go:embed transfer.lua
+	transferSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
-	reenterScript = redis.NewScript(reenterSrc)
-	releaseScript = redis.NewScript(releaseSrc)
-	renewScript   = redis.NewScript(renewSrc)
-	forceScript   = redis.NewScript(forceSrc)
-	leaveScript   = redis.NewScript(leaveSrc)
+	acquireScript  = redis.NewScript(acquireSrc)
+	reenterScript  = redis.NewScript(reenterSrc)
+	releaseScript  = redis.NewScript(releaseSrc)
+	renewScript    = redis.NewScript(renewSrc)
+	forceScript    = redis.NewScript(forceSrc)
+	leaveScript    = redis.NewScript(leaveSrc)
+	transferScript = redis.NewScript(transferSrc)
 )
 
 // latchTTL is how long a full release is remembered, so that a resend of the

@@ -4,12 +4,13 @@ package lock
 // SHA1) belongs to, or "" when it is none of ours.
 func ScriptKind(arg string) string {
 	for kind, s := range map[string]*struct{ src, sha string }{
-		"acquire": {acquireSrc, acquireScript.Hash()},
-		"reenter": {reenterSrc, reenterScript.Hash()},
-		"release": {releaseSrc, releaseScript.Hash()},
-		"renew":   {renewSrc, renewScript.Hash()},
-		"force":   {forceSrc, forceScript.Hash()},
-		"leave":   {leaveSrc, leaveScript.Hash()},
+		"acquire":  {acquireSrc, acquireScript.Hash()},
+		"reenter":  {reenterSrc, reenterScript.Hash()},
+		"release":  {releaseSrc, releaseScript.Hash()},
+		"renew":    {renewSrc, renewScript.Hash()},
+		"force":    {forceSrc, forceScript.Hash()},
+		"leave":    {leaveSrc, leaveScript.Hash()},
+		"transfer": {transferSrc, transferScript.Hash()},
 	} {
 		if arg == s.src || arg == s.sha {
 			return kind

@@ -26,6 +26,7 @@ type lease struct {
 	dur      time.Duration // lease set on every acquire, re-entry and renewal
 	watchdog bool
 	parent   *lease // the hold this one was acquired under, for re-entry lookup
+	turns    int    // consecutive local hand-offs that led to this chain
 
 	ctx    *holdCtx
 	cancel context.CancelCauseFunc
@@ -224,6 +225,11 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	sent := l.c.now()
+	if l.count == 1 && l.turns < maxLocalTurns-1 {
+		if w := l.c.claimHead(l.name); w != nil {
+			return l.handOff(ctx, w, sent)
+		}
+	}
 	v, err := l.m.releaseCall(ctx, l.owner, l.count, l.dur)
 	switch {
 	case err != nil:
@@ -244,6 +250,46 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		l.lose()
 		return fmt.Errorf("lock: unlock %q: reentry count out of step", l.name)
 	}
+}
+
+// handOff releases the chain by giving the lock straight to w, the next
+// waiter of this Client, in one script call. The caller holds l.op.
+func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) error {
+	c, m := l.c, l.m
+	owner := c.nextOwner()
+	res, err := transferScript.Run(ctx, c.rdb, []string{m.name, m.token, m.queue, m.timeout},
+		l.owner, owner, w.dur.Milliseconds(), c.id).Result()
+	var fence int64
+	if err == nil {
+		arr, ok := res.([]any)
+		if ok && len(arr) == 1 {
+			fence, ok = arr[0].(int64)
+		}
+		if !ok {
+			if n, isInt := res.(int64); isInt && n == 0 {
+				w.grant <- nil
+				l.lose()
+				return ErrNotHeld
+			}
+			err = fmt.Errorf("unexpected reply %v", res)
+		}
+	}
+	if err != nil {
+		w.grant <- nil
+		l.lose() // the lease lapses on its own; the waiter carries on
+		return fmt.Errorf("lock: unlock %q: %w", l.name, err)
+	}
+	l.count = 0
+	l.release()
+	nl := newLease(m, w.ctx, owner, fence, w.dur, w.watchdog, sent)
+	nl.turns = l.turns + 1
+	if err := c.register(nl); err != nil {
+		nl.end(stateLost)
+		w.grant <- nil
+		return nil // Close raced us; the lease lapses
+	}
+	w.grant <- &Hold{l: nl}
+	return nil
 }
 
 type leaseKey struct{}

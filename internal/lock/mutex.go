@@ -110,7 +110,10 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	// sleep waits for d (capped by the wait), a poke on wake, ctx or Close.
+	var w *waiter
+	var granted *Hold
+	// sleep waits for d (capped by the wait), a poke on wake, a local
+	// hand-off (granted is then set), ctx or Close.
 	sleep := func(d time.Duration, wake <-chan struct{}) error {
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
@@ -123,6 +126,11 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		select {
 		case <-wake:
 		case <-timer.C:
+		case hd := <-w.grant:
+			c.mu.Lock()
+			w.received, w.claimed = true, false
+			c.mu.Unlock()
+			granted = hd
 		case <-ctx.Done():
 			return errors.Join(ErrNotObtained, ctx.Err())
 		case <-c.closeCh:
@@ -131,10 +139,11 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		return nil
 	}
 
-	q, w, err := c.enqueue(m)
+	q, ww, err := c.enqueue(m, ctx, dur, watchdog)
 	if err != nil {
 		return nil, err
 	}
+	w = ww
 	var h *Hold
 	defer func() { c.dequeue(q, w, h != nil) }()
 	if fastBusy {
@@ -147,12 +156,20 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 			if err := sleep(queueRefresh, q.wake); err != nil {
 				return nil, err
 			}
+			if granted != nil {
+				h = granted
+				return h, nil
+			}
 		}
 	}
 	// Wait for our turn: only the oldest waiter of this Client contends in Redis.
 	for !w.head {
 		if err := sleep(time.Hour, w.turn); err != nil {
 			return nil, err
+		}
+		if granted != nil {
+			h = granted
+			return h, nil
 		}
 		c.mu.Lock()
 		w.head = q.waiters[0] == w
@@ -164,6 +181,10 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		c.subscribe(q)
 		if err := sleep(dur, q.wake); err != nil {
 			return nil, err
+		}
+		if granted != nil {
+			h = granted
+			return h, nil
 		}
 	}
 	for {
@@ -192,6 +213,10 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		for {
 			if err := sleep(time.Until(retryAt), q.wake); err != nil {
 				return nil, err
+			}
+			if granted != nil {
+				h = granted
+				return h, nil
 			}
 			c.mu.Lock()
 			u, cf := q.unlocks, q.confirms
@@ -307,9 +332,23 @@ type waiter struct {
 	turn      chan struct{} // closed when this waiter becomes the head
 	head      bool
 	skipFirst bool // it became the head because the one before acquired
+
+	// A local hand-off: an Unlock of this Client claims the head waiter and
+	// sends it the lock (a *Hold) or nil (the hand-off failed; carry on).
+	ctx      context.Context
+	dur      time.Duration
+	watchdog bool
+	grant    chan *Hold
+	claimed  bool // guarded by Client.mu
+	received bool // the waiter took what grant sent
 }
 
-func (c *Client) enqueue(m *Mutex) (*queue, *waiter, error) {
+// maxLocalTurns bounds the consecutive local hand-offs of one Client, after
+// which the lock goes back to the line of clients (as sync.Mutex bounds
+// barging with its starvation mode).
+const maxLocalTurns = 4
+
+func (c *Client) enqueue(m *Mutex, ctx context.Context, dur time.Duration, watchdog bool) (*queue, *waiter, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -321,7 +360,7 @@ func (c *Client) enqueue(m *Mutex) (*queue, *waiter, error) {
 		c.queues[m.name] = q
 		c.channels[m.channel] = q
 	}
-	w := &waiter{head: len(q.waiters) == 0}
+	w := &waiter{head: len(q.waiters) == 0, ctx: ctx, dur: dur, watchdog: watchdog, grant: make(chan *Hold, 1)}
 	if !w.head {
 		w.turn = make(chan struct{})
 	}
@@ -331,6 +370,16 @@ func (c *Client) enqueue(m *Mutex) (*queue, *waiter, error) {
 
 func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
 	c.mu.Lock()
+	if w.claimed && !w.received {
+		// An Unlock is handing us the lock as we leave: take it, and let it go.
+		c.mu.Unlock()
+		if hd := <-w.grant; hd != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
+			_ = hd.Unlock(ctx)
+			cancel()
+		}
+		c.mu.Lock()
+	}
 	for i, x := range q.waiters {
 		if x == w {
 			copy(q.waiters[i:], q.waiters[i+1:])
@@ -374,6 +423,23 @@ func (c *Client) subscribe(q *queue) {
 	q.subscribed = true
 	c.mu.Unlock()
 	c.sub.subscribe(q.m.channel)
+}
+
+// claimHead reserves the head waiter of the lock's queue for a local
+// hand-off, or returns nil when there is none to give it to.
+func (c *Client) claimHead(name string) *waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[name]
+	if q == nil || len(q.waiters) == 0 || c.closed {
+		return nil
+	}
+	w := q.waiters[0]
+	if w.claimed {
+		return nil
+	}
+	w.claimed, w.received = true, false
+	return w
 }
 
 // poke wakes the head waiter of the queue on channel, if any, after an
