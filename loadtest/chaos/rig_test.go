@@ -234,32 +234,40 @@ func (r *rig) lockFields(ctx context.Context) []string {
 // pauseHolder pauses (SIGSTOP) one of the candidate instances while it holds
 // the SKU lock, and returns it paused, with the moment it was stopped. It
 // tells the holder by the lock itself: a hold that neither ends nor is
-// renewed for 250ms (a hold lasts tens of ms, and the watchdog renews every
+// renewed for 200ms (a hold lasts tens of ms, and the watchdog renews every
 // third of the lease) belongs to the paused process. Otherwise it resumes the
-// instance and tries another, up to 30 times.
+// instance and tries the next, for at most 40s. (Pausing a waiter is not
+// free: if its instance is next in the lock's line of clients, the others
+// wait up to 1s for its place to lapse.)
 func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instance, time.Time) {
 	r.t.Helper()
-	for try := 0; try < 30; try++ {
+	deadline := time.Now().Add(40 * time.Second)
+	for try := 0; time.Now().Before(deadline); try++ {
+		// Only while the lock is held: one of the candidates may hold it.
+		for len(r.lockFields(ctx)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
 		in := r.fleet.Instances[candidates[try%len(candidates)]]
 		if err := in.Signal(syscall.SIGSTOP); err != nil {
 			r.t.Fatalf("SIGSTOP instance %d: %v", in.Index, err)
 		}
 		t0 := time.Now()
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 		f1 := r.lockFields(ctx)
 		p1, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 		f2 := r.lockFields(ctx)
 		p2, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
+		r.t.Logf("pause try %d, instance %d: lock %v pttl %v, then %v pttl %v", try, in.Index, f1, p1, f2, p2)
 		if len(f1) == 1 && slices.Equal(f1, f2) && p2 > 0 && p2 < p1 {
 			return in, t0
 		}
 		if err := in.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
 		}
-		time.Sleep(time.Duration(50+try*13%100) * time.Millisecond)
+		time.Sleep(time.Duration(20+try*37%80) * time.Millisecond)
 	}
-	r.t.Fatalf("no candidate instance %v was found holding the lock of %s in 30 tries\n%s", candidates, r.sku, r.fleet.Logs())
+	r.t.Fatalf("no candidate instance %v was found holding the lock of %s within 40s\n%s", candidates, r.sku, r.fleet.Logs())
 	return nil, time.Time{}
 }
 
