@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -236,18 +237,58 @@ func (r *rig) lockFields(ctx context.Context) []string {
 // tells the holder by the lock itself: a hold that neither ends nor is
 // renewed for 200ms (a hold lasts tens of ms, and the watchdog renews every
 // third of the lease) belongs to the paused process. Otherwise it resumes the
-// instance and tries the next, for at most 40s. (Pausing a waiter is not
-// free: if its instance is next in the lock's line of clients, the others
-// wait up to 1s for its place to lapse.)
+// instance and tries again, for at most 40s.
+//
+// Guessing is biased: an instance just resumed is first in the lock's line
+// of clients and takes the lock next, so a blind rotation keeps pausing the
+// wrong one. So it learns which lock client (the part of the hold's field
+// before the last ':') each instance is, by elimination: a client seen
+// holding while an instance was paused is not that instance's. Once it knows
+// a candidate's client it waits until that client holds the lock and pauses
+// exactly that instance.
 func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instance, time.Time) {
 	r.t.Helper()
+	client := func(field string) string { return field[:max(strings.LastIndexByte(field, ':'), 0)] }
+	seen := map[string]bool{}          // every lock client seen
+	notOf := map[int]map[string]bool{} // clients seen holding while instance i was paused
+	own := func(i int) string {        // instance i's client, once known
+		var left []string
+		for c := range seen {
+			if !notOf[i][c] {
+				left = append(left, c)
+			}
+		}
+		if len(seen) == len(r.fleet.Instances) && len(left) == 1 {
+			return left[0]
+		}
+		return ""
+	}
 	deadline := time.Now().Add(40 * time.Second)
 	for try := 0; time.Now().Before(deadline); try++ {
-		// Only while the lock is held: one of the candidates may hold it.
-		for len(r.lockFields(ctx)) == 0 && time.Now().Before(deadline) {
-			time.Sleep(2 * time.Millisecond)
+		var in *fleet.Instance
+		for in == nil && time.Now().Before(deadline) {
+			f := r.lockFields(ctx)
+			if len(f) != 1 {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			seen[client(f[0])] = true
+			known := false
+			for _, i := range candidates {
+				if c := own(i); c != "" {
+					known = true
+					if c == client(f[0]) {
+						in = r.fleet.Instances[i]
+					}
+				}
+			}
+			if !known { // a guess
+				in = r.fleet.Instances[candidates[rand.IntN(len(candidates))]]
+			}
 		}
-		in := r.fleet.Instances[candidates[try%len(candidates)]]
+		if in == nil {
+			break
+		}
 		if err := in.Signal(syscall.SIGSTOP); err != nil {
 			r.t.Fatalf("SIGSTOP instance %d: %v", in.Index, err)
 		}
@@ -262,10 +303,17 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 		if len(f1) == 1 && slices.Equal(f1, f2) && p2 > 0 && p2 < p1 {
 			return in, t0
 		}
+		if notOf[in.Index] == nil {
+			notOf[in.Index] = map[string]bool{}
+		}
+		for _, f := range append(f1, f2...) {
+			seen[client(f)] = true
+			notOf[in.Index][client(f)] = true
+		}
 		if err := in.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
 		}
-		time.Sleep(time.Duration(20+try*37%80) * time.Millisecond)
+		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond)
 	}
 	r.t.Fatalf("no candidate instance %v was found holding the lock of %s within 40s\n%s", candidates, r.sku, r.fleet.Logs())
 	return nil, time.Time{}
