@@ -24,7 +24,7 @@ import (
 
 // Row is one scenario's outcome, as the results table shows it.
 type Row struct {
-	ID       int
+	ID       string // "1", "6b", ...
 	Scenario string
 	Strategy string
 	Stock    int64
@@ -60,7 +60,7 @@ func WriteMarkdown(w io.Writer, title string, rows []Row) error {
 		if r.LostUpdates > 0 {
 			over += fmt.Sprintf(" (+%d lost updates)", r.LostUpdates)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d / %d | %s | %s | %d | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d | %s | %s | %d | %s | %s | %s | %s | %s |\n",
 			r.ID, escape(r.Scenario), escape(r.Strategy), r.Sold, r.Stock, over, statuses(r.Statuses),
 			r.Statuses["200"], count(r.Conflicts), count(r.LostLocks), count(r.DBOnly), recovery(r.Recovery), r.Verdict)
 	}
@@ -70,7 +70,7 @@ func WriteMarkdown(w io.Writer, title string, rows []Row) error {
 	var notes []string
 	for _, r := range rows {
 		if r.Note != "" {
-			notes = append(notes, fmt.Sprintf("%d. %s", r.ID, escape(r.Note)))
+			notes = append(notes, fmt.Sprintf("- %s: %s", r.ID, escape(r.Note)))
 		}
 	}
 	if len(notes) > 0 {

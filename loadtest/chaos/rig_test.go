@@ -63,8 +63,8 @@ type rigConfig struct {
 // the load saw.
 type rig struct {
 	t     *testing.T
-	redis *testserver.Redis // nil when redisAddr was given
-	rdb   redis.UniversalClient
+	redis *testserver.Redis     // nil when redisAddr was given
+	rdb   redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
 	dsn   string
 	db    *sql.DB
 	fleet *fleet.Fleet
