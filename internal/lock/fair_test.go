@@ -109,3 +109,97 @@ func TestGivingUpLeavesTheLine(t *testing.T) {
 		t.Fatalf("a free lock took %v after a waiter gave up", d)
 	}
 }
+
+// A full unlock hands the lock straight to the same client's next waiter,
+// once even when the script reaches Redis twice.
+func TestLocalHandOffIsRetrySafe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	plain := rdb(t)
+	c := lock.New(rdb(t, resend{kinds: []string{"transfer"}}))
+	defer c.Close()
+	name := lockName(t)
+	h1 := must(c.Mutex(name).Lock(ctx))
+	got := make(chan *lock.Hold, 1)
+	go func() {
+		h2, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h2
+	}()
+	time.Sleep(50 * time.Millisecond) // the second goroutine is waiting
+	noErr(t, h1.Unlock(ctx))
+	var h2 *lock.Hold
+	select {
+	case h2 = <-got:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the local waiter did not get the lock")
+	}
+	if h2 == nil {
+		t.FailNow()
+	}
+	fields := hgetall(t, plain, name)
+	if len(fields) != 1 {
+		t.Fatalf("lock hash after the hand-off = %v; want one owner", fields)
+	}
+	for _, v := range fields {
+		if v != "1" {
+			t.Fatalf("count after a resent hand-off = %s; want 1", v)
+		}
+	}
+	if h2.Fence() <= h1.Fence() || h1.Err() == nil {
+		t.Fatalf("fences %d then %d, old hold Err %v; want a new chain and the old one released", h1.Fence(), h2.Fence(), h1.Err())
+	}
+	noErr(t, h2.Unlock(ctx))
+	if n := must(plain.Exists(ctx, name).Result()); n != 0 {
+		t.Fatal("lock outlived its last Unlock after a hand-off")
+	}
+}
+
+// Local hand-offs are bounded: a busy client cannot keep the lock from a
+// waiting one for more than a few turns.
+func TestLocalHandOffIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := lockName(t)
+	busy := newClient(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var turns atomic.Int64
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h, err := busy.Mutex(name).Lock(ctx)
+				if err != nil {
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+				turns.Add(1)
+				_ = h.Unlock(ctx)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	before := turns.Load()
+	h, err := newClient(t).Mutex(name).TryLock(ctx, 2*time.Second, 0)
+	after := turns.Load()
+	if err == nil {
+		noErr(t, h.Unlock(ctx))
+	}
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("a waiting client starved behind local hand-offs: %v", err)
+	}
+	if n := after - before; n > 12 {
+		t.Fatalf("the busy client took %d turns while the other waited; want a few (hand-offs are bounded)", n)
+	}
+}
