@@ -8,13 +8,20 @@
 -- most, in ms (the holder's PTTL, or the deadline of the client first in
 -- line), and how many unlocks will hand the lock to clients ahead of this one
 -- (-1: unknown, try at the next).
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = nil
+local function clock()
+  if not now then
+    local t = redis.call('time')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 
 -- Drop waiters at the front of the line that stopped retrying (gone or dead).
 while true do
   local first = redis.call('lindex', KEYS[3], 0)
   if not first then break end
+  local now = clock()
   local deadline = tonumber(redis.call('zscore', KEYS[4], first))
   if deadline and deadline > now then break end
   redis.call('lpop', KEYS[3])
@@ -46,7 +53,7 @@ if ttl > 0 then
   if not redis.call('zscore', KEYS[4], ARGV[3]) then
     redis.call('rpush', KEYS[3], ARGV[3])
   end
-  redis.call('zadd', KEYS[4], now + ttl, ARGV[3])
+  redis.call('zadd', KEYS[4], clock() + ttl, ARGV[3])
   redis.call('pexpire', KEYS[3], 3 * ttl)
   redis.call('pexpire', KEYS[4], 3 * ttl)
 end
@@ -56,7 +63,7 @@ if wait == -2 then
   local first = redis.call('lindex', KEYS[3], 0)
   wait = 1
   if first then
-    wait = math.max(1, tonumber(redis.call('zscore', KEYS[4], first)) - now)
+    wait = math.max(1, tonumber(redis.call('zscore', KEYS[4], first)) - clock())
   end
 end
 -- How many unlocks to let go by before trying again: each unlock hands the
