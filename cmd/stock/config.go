@@ -60,7 +60,7 @@ func parseConfig(getenv func(string) string) (config, error) {
 		LockLease:     p.duration("STOCK_LOCK_LEASE", 0, 0),
 		LockWatchdog:  p.duration("STOCK_LOCK_WATCHDOG", 30*time.Second, 30*time.Millisecond),
 		MaxQuantity:   p.integer("STOCK_MAX_QUANTITY", 100, 1, 1_000_000),
-		BatchMax:      p.integer("STOCK_BATCH_MAX", 32, 1, 1000),
+		BatchMax:      p.integer("STOCK_BATCH_MAX", 64, 1, 1000),
 		MaxBody:       int64(p.integer("STOCK_MAX_BODY", 4096, 64, 1<<20)),
 		ShutdownAfter: p.duration("STOCK_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second),
 		CriticalDelay: p.duration("STOCK_TEST_CRITICAL_DELAY", 0, 0),

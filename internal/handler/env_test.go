@@ -65,7 +65,7 @@ type instanceOpts struct {
 	hook      func()
 	locker    service.Locker // overrides the Redis lock
 	noAdmin   bool
-	batchMax  int // 0: 32, the service's default
+	batchMax  int // 0: 64, the service's default
 }
 
 // instance is one service instance: its own Redis client, lock.Client,
@@ -101,7 +101,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 		locker = o.locker
 	}
 	if o.batchMax == 0 {
-		o.batchMax = 32
+		o.batchMax = 64
 	}
 	svc := service.New(service.Config{
 		Strategy: o.strategy, LockWait: o.lockWait, RejectOnRedisDown: o.reject, CriticalSectionHook: o.hook,
