@@ -168,15 +168,22 @@ type orderRow struct {
 // MySQL and checks them against what the buyers were told.
 func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID string, acks []ack, buyers []buyer) (*MySQLState, error) {
 	st := &MySQLState{}
-	_ = m.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&st.Version)
-	if err := m.db.QueryRowContext(ctx, "SELECT available, sold, stocked FROM stock WHERE sku = ?", res.SKU).
+	// One snapshot for every read: an aborted run can still have orders
+	// committing, and separate reads would disagree with each other.
+	db, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("driver: mysql: begin: %w", err)
+	}
+	defer db.Rollback()
+	_ = db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&st.Version)
+	if err := db.QueryRowContext(ctx, "SELECT available, sold, stocked FROM stock WHERE sku = ?", res.SKU).
 		Scan(&st.Available, &st.Sold, &st.Stocked); err != nil {
 		return nil, fmt.Errorf("driver: mysql: stock row: %w", err)
 	}
 	st.Sold -= m.sold0
 
 	// This run's keys are "<run id>-<buyer>"; the run id has no LIKE wildcards.
-	rows, err := m.db.QueryContext(ctx, "SELECT id, idempotency_key, sku, quantity FROM orders WHERE idempotency_key LIKE ?", runID+"-%")
+	rows, err := db.QueryContext(ctx, "SELECT id, idempotency_key, sku, quantity FROM orders WHERE idempotency_key LIKE ?", runID+"-%")
 	if err != nil {
 		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
 	}
@@ -197,14 +204,14 @@ func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID 
 		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
 	}
 	var dupKeys int64
-	if err := m.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT idempotency_key FROM orders WHERE sku = ? "+
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT idempotency_key FROM orders WHERE sku = ? "+
 		"GROUP BY idempotency_key HAVING COUNT(*) > 1) d", res.SKU).Scan(&dupKeys); err != nil {
 		return nil, fmt.Errorf("driver: mysql: duplicate keys: %w", err)
 	}
-	if err := m.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sku = ?", res.SKU).Scan(&st.SKUUnits); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sku = ?", res.SKU).Scan(&st.SKUUnits); err != nil {
 		return nil, fmt.Errorf("driver: mysql: orders of the sku: %w", err)
 	}
-	if err := m.db.QueryRowContext(ctx, "SELECT COALESCE(-SUM(delta), 0) FROM stock_ledger WHERE sku = ? AND kind = 'sale'", res.SKU).
+	if err := db.QueryRowContext(ctx, "SELECT COALESCE(-SUM(delta), 0) FROM stock_ledger WHERE sku = ? AND kind = 'sale'", res.SKU).
 		Scan(&st.LedgerSold); err != nil {
 		return nil, fmt.Errorf("driver: mysql: ledger: %w", err)
 	}
