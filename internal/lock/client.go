@@ -250,6 +250,47 @@ func (c *Client) tick() {
 	c.wdArmed = false
 }
 
+// retryRelease keeps releasing owner's hold of m after an Unlock that Redis
+// did not answer, until it is gone, the lease could have lapsed anyway
+// (deadline, in Client.now() time, plus one lease for a server whose clock
+// started late), or the Client closes. Release is a compare-and-set on the
+// owner's count, so a repeat never touches another owner's hold.
+func (c *Client) retryRelease(m *Mutex, owner string, count int64, dur, deadline time.Duration) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		wait := 50 * time.Millisecond
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		for count > 0 && c.now() < deadline+dur {
+			select {
+			case <-c.closeCh:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
+			v, err := m.releaseCall(ctx, owner, count, dur)
+			cancel()
+			switch {
+			case err != nil:
+				wait = min(2*wait, time.Second)
+			case v == 1:
+				count-- // one level released; the chain is lost, release them all
+				wait = 0
+			default:
+				return // released (2), or no longer ours (0, -1)
+			}
+			t.Reset(wait)
+		}
+	}()
+}
+
 // renewAll extends every watchdog lease, one script call per batch of holds
 // in one hash slot. A failing batch does not stop the others.
 func (c *Client) renewAll() {

@@ -233,7 +233,12 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	v, err := l.m.releaseCall(ctx, l.owner, l.count, l.dur)
 	switch {
 	case err != nil:
+		// Redis did not answer (a failover, a restart): keep trying in the
+		// background while the lease could still be alive, so the lock does
+		// not sit out its whole lease on a server that is back.
+		deadline := time.Duration(l.deadline.Load())
 		l.lose()
+		l.c.retryRelease(l.m, l.owner, l.count, l.dur, deadline)
 		return fmt.Errorf("lock: unlock %q: %w", l.name, err)
 	case v == 1:
 		l.count--

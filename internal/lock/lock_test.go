@@ -872,3 +872,51 @@ func TestLocalFIFO(t *testing.T) {
 		}
 	}
 }
+
+// failFirst fails the first n script calls of a kind without sending them.
+type failFirst struct {
+	kind string
+	n    *atomic.Int32
+}
+
+func (failFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd, h.kind) && h.n.Add(-1) >= 0 {
+			err := errors.New("injected: connection reset")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An Unlock that Redis did not answer is retried in the background, so the
+// lock does not sit out its lease (30s here) once Redis answers again.
+func TestFailedUnlockIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	plain := rdb(t)
+	var fails atomic.Int32
+	fails.Store(2)
+	c := lock.New(rdb(t, failFirst{kind: "release", n: &fails}))
+	defer c.Close()
+	name := lockName(t)
+	h := must(c.Mutex(name).Lock(ctx))
+	if err := h.Unlock(ctx); err == nil || errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Unlock with Redis failing = %v; want the Redis error", err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for must(plain.Exists(ctx, name).Result()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("lock still held 3s after a failed Unlock (PTTL %v); want the release retried", must(plain.PTTL(ctx, name).Result()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fails.Load() > 0 {
+		t.Fatalf("release retried without going through the failures")
+	}
+}
