@@ -121,6 +121,8 @@ type Client struct {
 	wg       sync.WaitGroup // the pub/sub dispatcher
 
 	sub subscriber
+
+	idArg any // c.id, boxed once: script arguments are interfaces
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a
@@ -142,6 +144,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
+	c.idArg = c.id
 	c.sub.c = c
 	return c
 }
@@ -181,18 +184,23 @@ func (c *Client) Close() error {
 // Mutex returns the lock called name. Mutex values are cheap; any number may
 // exist for one name, and they all name the same lock.
 func (c *Client) Mutex(name string) *Mutex {
-	return &Mutex{
+	m := &Mutex{
 		c:       c,
 		name:    name,
 		token:   prefixed("redisson_lock_token", name),
 		channel: prefixed("redisson_lock__channel", name),
 		queue:   prefixed("redisson_lock_queue", name),
 		timeout: prefixed("redisson_lock_timeout", name),
+		latch:   prefixed("redisson_unlock_latch", name) + ":",
 	}
+	m.acquireKeys = []string{m.name, m.token, m.queue, m.timeout}
+	return m
 }
 
 func (c *Client) nextOwner() string {
-	return c.id + ":" + strconv.FormatInt(c.seq.Add(1), 10)
+	b := make([]byte, 0, len(c.id)+21)
+	b = append(append(b, c.id...), ':')
+	return string(strconv.AppendInt(b, c.seq.Add(1), 10))
 }
 
 // now is the monotonic time since the Client's epoch.

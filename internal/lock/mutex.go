@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -18,6 +19,9 @@ type Mutex struct {
 	channel string
 	queue   string // list of waiting client ids, first in line first
 	timeout string // zset: each waiting client's deadline
+	latch   string // prefix of the unlock latch keys
+
+	acquireKeys []string
 }
 
 // Name returns the lock name (the Redis key of the lock hash).
@@ -242,8 +246,7 @@ type busy struct {
 func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, watchdog bool, inLine time.Duration) (*Hold, busy, error) {
 	c := m.c
 	sent := c.now()
-	res, err := acquireScript.Run(ctx, c.rdb, []string{m.name, m.token, m.queue, m.timeout},
-		dur.Milliseconds(), owner, c.id, inLine.Milliseconds()).Result()
+	res, err := acquireScript.Run(ctx, c.rdb, m.acquireKeys, msArg(dur), owner, c.idArg, msArg(inLine)).Result()
 	var fence int64
 	if err == nil {
 		switch v := res.(type) {
@@ -303,8 +306,33 @@ func acquireErr(ctx context.Context, name string, err error) error {
 
 // releaseCall runs the release script for owner, expecting count want.
 func (m *Mutex) releaseCall(ctx context.Context, owner string, want int64, dur time.Duration) (int64, error) {
-	keys := []string{m.name, m.channel, prefixed("redisson_unlock_latch", m.name) + ":" + owner}
-	return releaseScript.Run(ctx, m.c.rdb, keys, dur.Milliseconds(), owner, want, latchTTL.Milliseconds()).Int64()
+	keys := []string{m.name, m.channel, m.latch + owner}
+	return releaseScript.Run(ctx, m.c.rdb, keys, msArg(dur), owner, want, latchMsArg).Int64()
+}
+
+var (
+	latchMsArg   any = latchTTL.Milliseconds()
+	commonMsArgs     = map[time.Duration]any{}
+	commonMsMu   sync.RWMutex
+)
+
+// msArg is d in milliseconds as a script argument, boxed once per distinct
+// duration (leases are few: the watchdog timeout and the fixed leases used).
+func msArg(d time.Duration) any {
+	commonMsMu.RLock()
+	v, ok := commonMsArgs[d]
+	commonMsMu.RUnlock()
+	if ok {
+		return v
+	}
+	commonMsMu.Lock()
+	defer commonMsMu.Unlock()
+	if len(commonMsArgs) > 64 {
+		return d.Milliseconds() // many distinct leases: do not grow without bound
+	}
+	v = d.Milliseconds()
+	commonMsArgs[d] = v
+	return v
 }
 
 // Between clients the line is kept in Redis: a waiting client is an entry
