@@ -203,3 +203,69 @@ func TestLocalHandOffIsBounded(t *testing.T) {
 		t.Fatalf("the busy client took %d turns while the other waited; want a few (hand-offs are bounded)", n)
 	}
 }
+
+// A waiter whose predecessor in the same client took the lock, and whose
+// hold then ends without an unlock message (a fixed lease lapsing), still
+// gets the lock soon: it looks again every queueRefresh, not after its lease.
+func TestHeadAfterLocalAcquireDoesNotSleepItsLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := lockName(t)
+	hb := must(newClient(t).Mutex(name).Lock(ctx))
+	a := newClient(t) // 30s watchdog
+	w1 := make(chan error, 1)
+	go func() {
+		_, err := a.Mutex(name).TryLock(ctx, 5*time.Second, 300*time.Millisecond) // never unlocked: lapses
+		w1 <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	w2 := make(chan error, 1)
+	go func() {
+		h, err := a.Mutex(name).TryLock(ctx, 5*time.Second, 0)
+		if err == nil {
+			_ = h.Unlock(ctx)
+		}
+		w2 <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	noErr(t, hb.Unlock(ctx))
+	released := time.Now()
+	noErr(t, <-w1)
+	if err := <-w2; err != nil {
+		t.Fatalf("second waiter: %v", err)
+	}
+	if d := time.Since(released); d > 1500*time.Millisecond {
+		t.Fatalf("second waiter got a lapsed lock %v after the first took it; want within lease (300ms) + refresh (400ms)", d)
+	}
+}
+
+// A local hand-off that fails does not leave the lock held for a lease.
+func TestFailedHandOffReleases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var fails atomic.Int32
+	fails.Store(1)
+	c := lock.New(rdb(t, failFirst{kind: "transfer", n: &fails})) // 30s watchdog
+	defer c.Close()
+	name := lockName(t)
+	h1 := must(c.Mutex(name).Lock(ctx))
+	got := make(chan error, 1)
+	go func() {
+		h2, err := c.Mutex(name).TryLock(ctx, 5*time.Second, 0)
+		if err == nil {
+			err = h2.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	released := time.Now()
+	if err := h1.Unlock(ctx); err == nil {
+		t.Fatal("Unlock with a failing hand-off = nil; want the error")
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after a failed hand-off: %v", err)
+	}
+	if d := time.Since(released); d > 1500*time.Millisecond {
+		t.Fatalf("waiter got the lock %v after a failed hand-off; want the release retried, not the 30s lease", d)
+	}
+}

@@ -280,8 +280,14 @@ func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) erro
 		}
 	}
 	if err != nil {
+		// The transfer may or may not have run: release both owners in the
+		// background (each a compare-and-set on an owner no one else has),
+		// so the lock does not sit out a lease; the waiter carries on.
+		deadline := time.Duration(l.deadline.Load())
 		w.grant <- nil
-		l.lose() // the lease lapses on its own; the waiter carries on
+		l.lose()
+		c.retryRelease(m, l.owner, 1, l.dur, deadline)
+		c.retryRelease(m, owner, 1, w.dur, sent+w.dur)
 		return fmt.Errorf("lock: unlock %q: %w", l.name, err)
 	}
 	l.count = 0
@@ -291,7 +297,8 @@ func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) erro
 	if err := c.register(nl); err != nil {
 		nl.end(stateLost)
 		w.grant <- nil
-		return nil // Close raced us; the lease lapses
+		c.retryRelease(m, owner, 1, w.dur, sent+w.dur) // Close raced us: a no-op once closed
+		return nil
 	}
 	w.grant <- &Hold{l: nl}
 	return nil

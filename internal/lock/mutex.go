@@ -181,9 +181,10 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	}
 	if w.skipFirst {
 		// The waiter before us just took the lock: an attempt now can only
-		// fail. Wait for its unlock message instead.
+		// fail. Wait for its unlock message instead (or a refresh, in case
+		// its hold ends without one: a lapsed lease, a failed unlock).
 		c.subscribe(q)
-		if err := sleep(dur, q.wake); err != nil {
+		if err := sleep(queueRefresh, q.wake); err != nil {
 			return nil, err
 		}
 		if granted != nil {

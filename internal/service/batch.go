@@ -36,7 +36,8 @@ type call struct {
 }
 
 // combined places d through the SKU's line of orders and returns its own
-// outcome.
+// outcome. A request whose client gives up while it is still in line (not
+// yet in a batch) leaves the line.
 func (s *Service) combined(ctx, wctx context.Context, d Deduction) (Order, error) {
 	c := &call{ctx: ctx, wctx: wctx, d: d, done: make(chan struct{})}
 	s.comb.mu.Lock()
@@ -47,7 +48,22 @@ func (s *Service) combined(ctx, wctx context.Context, d Deduction) (Order, error
 	if lead {
 		s.lead(d.SKU)
 	}
-	<-c.done
+	select {
+	case <-c.done:
+		return c.o, c.err
+	case <-ctx.Done():
+	}
+	s.comb.mu.Lock()
+	q := s.comb.pending[d.SKU]
+	for i, x := range q {
+		if x == c { // not taken into a batch yet: nothing was written
+			s.comb.pending[d.SKU] = append(q[:i:i], q[i+1:]...)
+			s.comb.mu.Unlock()
+			return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+	}
+	s.comb.mu.Unlock()
+	<-c.done // in a batch already: its outcome is the answer
 	return c.o, c.err
 }
 
@@ -74,14 +90,13 @@ func (s *Service) lead(sku string) {
 	delete(s.comb.active, sku)
 }
 
+// runBatch places a batch, even a batch of one, the same way: lock first,
+// then the transaction. (The one-order path of underLock inserts before it
+// takes the lock; mixing the two orders across instances could make a
+// retried key's INSERT wait on a row lock held by a transaction that waits
+// for the lock.)
 func (s *Service) runBatch(sku string, batch []*call) {
 	s.metrics.Batch(len(batch))
-	if len(batch) == 1 {
-		c := batch[0]
-		c.o, c.err = s.underLock(c.ctx, c.wctx, c.d)
-		close(c.done)
-		return
-	}
 	each := func(f func(c *call) (Order, error)) {
 		var wg sync.WaitGroup
 		for _, c := range batch {

@@ -223,6 +223,9 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 			return replay(existing, hash)
 		case errors.Is(err, ErrSoldOut) && errors.Is(ferr, ErrOrderNotFound):
 			return Order{}, false, ErrSoldOut
+		case errors.Is(ferr, ErrOrderNotFound):
+			// The key's other order was rolled back after all: retryable.
+			return Order{}, false, fmt.Errorf("%w: a concurrent request with this key did not finish", ErrBusy)
 		}
 		return Order{}, false, ferr
 	}
