@@ -1,0 +1,150 @@
+package repo_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/seckill/stock/internal/repo"
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/testserver"
+)
+
+func newStore(t *testing.T) *repo.Store {
+	t.Helper()
+	s, err := repo.Open(context.Background(), testserver.Database(t), repo.Options{MaxOpenConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A batch is filled in order while stock lasts; a key that exists already
+// is skipped without spoiling the batch; one versioned UPDATE books the total.
+func TestDeductBatchFillsInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.SetStock(ctx, "B", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deduct(ctx, service.Deduction{Key: "old", RequestHash: "h", SKU: "B", Quantity: 1, Write: service.WriteConditional}); err != nil {
+		t.Fatal(err)
+	}
+	items := []service.BatchItem{
+		{Key: "k1", RequestHash: "h1", Quantity: 2},
+		{Key: "old", RequestHash: "h", Quantity: 1}, // exists already
+		{Key: "k2", RequestHash: "h2", Quantity: 2},
+		{Key: "k3", RequestHash: "h3", Quantity: 5}, // does not fit
+		{Key: "k1", RequestHash: "h1", Quantity: 2}, // twice in one batch
+	}
+	orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "B", Items: items, Fence: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []error{nil, service.ErrDuplicateKey, nil, service.ErrSoldOut, service.ErrSoldOut}
+	for i := range items {
+		if !errors.Is(errs[i], want[i]) || (want[i] == nil) != (errs[i] == nil) {
+			t.Fatalf("item %d (%s x%d) = %v; want %v", i, items[i].Key, items[i].Quantity, errs[i], want[i])
+		}
+		if errs[i] == nil && (orders[i].ID == 0 || orders[i].Fence == nil || *orders[i].Fence != 7) {
+			t.Fatalf("item %d order = %+v; want an id and fence 7", i, orders[i])
+		}
+	}
+	a, err := s.Audit(ctx, "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Sold != 5 || a.Available != 0 || a.Orders != 3 || !a.Consistent {
+		t.Fatalf("audit = %+v; want 5 sold in 3 orders, consistent", a)
+	}
+	// The key twice in one batch: the second is sold out here only because
+	// stock ran out first; with stock left it would be a duplicate.
+	if _, err := s.SetStock(ctx, "B", 10); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, err = s.DeductBatch(ctx, service.Batch{SKU: "B", Items: []service.BatchItem{
+		{Key: "k9", RequestHash: "h9", Quantity: 1}, {Key: "k9", RequestHash: "h9", Quantity: 1}}})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], service.ErrDuplicateKey) {
+		t.Fatalf("same key twice in a batch = %v, %v; want placed, then duplicate", errs, err)
+	}
+}
+
+// With a Guard (the lock taken inside the transaction), the stock row is
+// read after the guard returns: a writer that committed while this one
+// waited for the lock is seen, so the versioned UPDATE does not miss.
+func TestGuardReadsAfterEnteringTheCriticalSection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.SetStock(ctx, "V", 2); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.Deduct(ctx, service.Deduction{Key: "v1", RequestHash: "h", SKU: "V", Quantity: 1, Write: service.WriteVersioned,
+		Guard: func() (int64, error) {
+			// Another writer commits on its own connection "while we wait".
+			if _, err := s.Deduct(ctx, service.Deduction{Key: "other", RequestHash: "h", SKU: "V", Quantity: 1, Write: service.WriteConditional}); err != nil {
+				return 0, err
+			}
+			return 42, nil
+		}})
+	if err != nil {
+		t.Fatalf("versioned deduct after a writer committed during the guard = %v; want success", err)
+	}
+	if o.Fence == nil || *o.Fence != 42 {
+		t.Fatalf("order fence = %v; want the guard's 42", o.Fence)
+	}
+	a, _ := s.Audit(ctx, "V")
+	if a.Sold != 2 || !a.Consistent || a.Orders != 2 {
+		t.Fatalf("audit = %+v; want 2 sold, consistent", a)
+	}
+	// The fence is on the order row too.
+	got, err := s.OrderByKey(ctx, "v1")
+	if err != nil || got.Fence == nil || *got.Fence != 42 {
+		t.Fatalf("stored order = %+v, %v; want fence 42", got, err)
+	}
+}
+
+func TestDuplicateKeyIsTranslated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.SetStock(ctx, "D", 5); err != nil {
+		t.Fatal(err)
+	}
+	d := service.Deduction{Key: "dup", RequestHash: "h", SKU: "D", Quantity: 1, Write: service.WriteConditional}
+	if _, err := s.Deduct(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deduct(ctx, d); !errors.Is(err, service.ErrDuplicateKey) {
+		t.Fatalf("second insert of a key = %v; want service.ErrDuplicateKey", err)
+	}
+	if _, err := s.OrderByKey(ctx, "nope"); !errors.Is(err, service.ErrOrderNotFound) {
+		t.Fatalf("OrderByKey(nope) = %v; want ErrOrderNotFound", err)
+	}
+	if _, err := s.Stock(ctx, "nope"); !errors.Is(err, service.ErrUnknownSKU) {
+		t.Fatalf("Stock(nope) = %v; want ErrUnknownSKU", err)
+	}
+}
+
+func TestUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	port := testserver.FreePort(t)
+	_, err := repo.Open(context.Background(), "root@tcp(127.0.0.1:"+itoa(port)+")/x?timeout=300ms", repo.Options{})
+	if !errors.Is(err, service.ErrUnavailable) {
+		t.Fatalf("Open on a closed port = %v; want an error wrapping service.ErrUnavailable", err)
+	}
+}
+
+func itoa(n int) string {
+	b := []byte{}
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}
