@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/seckill/stock/internal/repo"
@@ -134,17 +135,8 @@ func TestDuplicateKeyIsTranslated(t *testing.T) {
 func TestUnreachableIsUnavailable(t *testing.T) {
 	t.Parallel()
 	port := testserver.FreePort(t)
-	_, err := repo.Open(context.Background(), "root@tcp(127.0.0.1:"+itoa(port)+")/x?timeout=300ms", repo.Options{})
+	_, err := repo.Open(context.Background(), "root@tcp(127.0.0.1:"+strconv.Itoa(port)+")/x?timeout=300ms", repo.Options{})
 	if !errors.Is(err, service.ErrUnavailable) {
 		t.Fatalf("Open on a closed port = %v; want an error wrapping service.ErrUnavailable", err)
 	}
-}
-
-func itoa(n int) string {
-	b := []byte{}
-	for n > 0 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		n /= 10
-	}
-	return string(b)
 }
