@@ -115,14 +115,13 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var w *waiter
-	var granted *Hold
 	// sleep waits for d (capped by the wait), a poke on wake, a local
-	// hand-off (granted is then set), ctx or Close.
-	sleep := func(d time.Duration, wake <-chan struct{}) error {
+	// hand-off (it returns the hold handed over), ctx or Close.
+	sleep := func(d time.Duration, wake <-chan struct{}) (*Hold, error) {
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 {
-				return ErrNotObtained
+				return nil, ErrNotObtained
 			}
 			d = min(d, left)
 		}
@@ -134,13 +133,13 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 			c.mu.Lock()
 			w.received, w.claimed = true, false
 			c.mu.Unlock()
-			granted = hd
+			return hd, nil // nil: the hand-off failed; carry on
 		case <-ctx.Done():
-			return errors.Join(ErrNotObtained, ctx.Err())
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
 		case <-c.closeCh:
-			return ErrClosed
+			return nil, ErrClosed
 		}
-		return nil
+		return nil, nil
 	}
 
 	q, ww, err := c.enqueue(m, ctx, dur, watchdog)
@@ -157,23 +156,15 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		if w.head {
 			// Subscribe and look again once the subscription is live.
 			c.subscribe(q)
-			if err := sleep(queueRefresh, q.wake); err != nil {
-				return nil, err
-			}
-			if granted != nil {
-				h = granted
-				return h, nil
+			if h, err = sleep(queueRefresh, q.wake); err != nil || h != nil {
+				return h, err
 			}
 		}
 	}
 	// Wait for our turn: only the oldest waiter of this Client contends in Redis.
 	for !w.head {
-		if err := sleep(time.Hour, w.turn); err != nil {
-			return nil, err
-		}
-		if granted != nil {
-			h = granted
-			return h, nil
+		if h, err = sleep(time.Hour, w.turn); err != nil || h != nil {
+			return h, err
 		}
 		c.mu.Lock()
 		w.head = q.waiters[0] == w
@@ -184,12 +175,8 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		// fail. Wait for its unlock message instead (or a refresh, in case
 		// its hold ends without one: a lapsed lease, a failed unlock).
 		c.subscribe(q)
-		if err := sleep(queueRefresh, q.wake); err != nil {
-			return nil, err
-		}
-		if granted != nil {
-			h = granted
-			return h, nil
+		if h, err = sleep(queueRefresh, q.wake); err != nil || h != nil {
+			return h, err
 		}
 	}
 	for {
@@ -216,12 +203,8 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 		// lets the unlocks that go to those ahead of it go by.
 		retryAt := time.Now().Add(min(b.wait, queueRefresh))
 		for {
-			if err := sleep(time.Until(retryAt), q.wake); err != nil {
-				return nil, err
-			}
-			if granted != nil {
-				h = granted
-				return h, nil
+			if h, err = sleep(time.Until(retryAt), q.wake); err != nil || h != nil {
+				return h, err
 			}
 			c.mu.Lock()
 			u, cf := q.unlocks, q.confirms
