@@ -39,7 +39,12 @@
 //     waiting Clients take turns through a line kept in Redis
 //     ("redisson_lock_queue:{<name>}" and "redisson_lock_timeout:{<name>}",
 //     one entry per Client, dropped when not refreshed for a second, so a
-//     crashed waiter cannot block a free lock for longer).
+//     crashed waiter cannot block a free lock for longer). A full unlock with
+//     a waiter in the same Client hands the lock straight to it, at most four
+//     turns in a row before the lock goes back to the line.
+//   - An Unlock that Redis did not answer is retried in the background while
+//     the lease could still be alive, so a failover does not leave the lock
+//     held for a whole lease.
 //
 // # What a Redis lock cannot promise
 //
