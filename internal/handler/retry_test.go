@@ -89,3 +89,30 @@ func TestTimedOutClientsRetrySameKey(t *testing.T) {
 	}
 	t.Logf("%d client timeouts, %d buyers answered by a replay", timeouts, replays)
 }
+
+// A request that gives up while it is still waiting in its SKU's line (not
+// yet in a batch) leaves the line: nothing is written for it.
+func TestGivingUpInLineWritesNothing(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	slow := func() { time.Sleep(300 * time.Millisecond) }
+	in := newInstance(t, d, instanceOpts{hook: slow})
+	in.setStock(t, "GL", 10)
+	first := make(chan reply, 1)
+	go func() { first <- in.order(t, "gl-first", "GL", 1) }() // leads a batch, 300ms in its critical section
+	time.Sleep(100 * time.Millisecond)
+	req, _ := http.NewRequest("POST", in.url+"/v1/orders", strings.NewReader(`{"sku":"GL","quantity":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "gl-quitter")
+	if _, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
+		t.Fatal("the impatient request was answered within 50ms; the test needs it to time out in line")
+	}
+	if r := <-first; r.status != http.StatusCreated {
+		t.Fatalf("first order = %d %s", r.status, r.body)
+	}
+	time.Sleep(500 * time.Millisecond) // a batch the quitter might have joined would be done by now
+	orders := d.ordersOf(t, "GL")
+	if _, ok := orders["gl-quitter"]; ok || len(orders) != 1 {
+		t.Fatalf("orders = %v; want only gl-first (the quitter left the line before any batch took it)", orders)
+	}
+}
