@@ -351,9 +351,18 @@ func (c *Client) renewBatch(ls []*lease) {
 			if l.extend(sent) {
 				renewed++
 			}
-		} else if l.lose() {
+			continue
+		}
+		// Gone from Redis. If an Unlock or re-entry of this chain is in
+		// flight, its own reply decides (a release that landed before this
+		// renewal is not a loss); the lease deadline still bounds the hold.
+		if !l.op.TryLock() {
+			continue
+		}
+		if l.lose() {
 			lost++
 		}
+		l.op.Unlock()
 	}
 	if c.hooks.Renewed != nil {
 		c.hooks.Renewed(renewed, lost, nil)
