@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -67,12 +66,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	driver.WriteSummary(stdout, res)
 	rep := driver.NewReport("seckill: "+res.Label, driver.Section{Title: res.Label, Runs: []*driver.Result{res}})
 	if *jsonPath != "" {
-		if err := writeFile(*jsonPath, func(w io.Writer) error { return driver.WriteJSON(w, rep) }); err != nil {
+		if err := driver.WriteFile(*jsonPath, func(w io.Writer) error { return driver.WriteJSON(w, rep) }); err != nil {
 			return err
 		}
 	}
 	if *htmlPath != "" {
-		if err := writeFile(*htmlPath, func(w io.Writer) error { return driver.WriteHTML(w, rep) }); err != nil {
+		if err := driver.WriteFile(*htmlPath, func(w io.Writer) error { return driver.WriteHTML(w, rep) }); err != nil {
 			return err
 		}
 	}
@@ -80,19 +79,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errFailed
 	}
 	return nil
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -143,7 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"report.json": func(w io.Writer, r driver.Report) error { return driver.WriteJSON(w, r) },
 		"report.html": driver.WriteHTML,
 	} {
-		if err := writeFile(filepath.Join(o.out, name), func(w io.Writer) error { return write(w, rep) }); err != nil {
+		if err := driver.WriteFile(filepath.Join(o.out, name), func(w io.Writer) error { return write(w, rep) }); err != nil {
 			return err
 		}
 	}
@@ -285,16 +285,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -37,6 +37,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seckill/stock/internal/service"
 )
 
 // Bounds on one run, so a typo cannot turn a load test into a flood.
@@ -252,21 +254,9 @@ type Check struct {
 	Detail   string `json:"detail,omitempty"`
 }
 
-// Audit is the body of GET /v1/admin/stock/{sku}/audit.
-type Audit struct {
-	SKU             string   `json:"sku"`
-	Available       int64    `json:"available"`
-	Sold            int64    `json:"sold"`
-	Stocked         int64    `json:"stocked"`
-	Orders          int64    `json:"orders"`
-	OrderedQuantity int64    `json:"ordered_quantity"`
-	DistinctKeys    int64    `json:"distinct_keys"`
-	LedgerRestocked int64    `json:"ledger_restocked"`
-	LedgerSold      int64    `json:"ledger_sold"`
-	Oversold        int64    `json:"oversold"`
-	Consistent      bool     `json:"consistent"`
-	Problems        []string `json:"problems"`
-}
+// Audit is the body of GET /v1/admin/stock/{sku}/audit: the service's own
+// type, so the two cannot drift apart.
+type Audit = service.Audit
 
 type stockBody struct {
 	SKU       string `json:"sku"`

@@ -6,6 +6,8 @@ import (
 	"html"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -449,4 +451,20 @@ func latencyChart(b *strings.Builder, runs []*Result) {
 		}
 	}
 	b.WriteString("</svg>\n")
+}
+
+// WriteFile creates path (and its directory) and fills it with write.
+func WriteFile(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
