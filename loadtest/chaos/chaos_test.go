@@ -14,6 +14,7 @@ import (
 
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/fleet"
 )
 
 // full runs every scenario at full size (make chaos); otherwise the short
@@ -112,21 +113,28 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // transaction (after the guarding UPDATE).
 var pauseEnv = map[string]string{"STOCK_LOCK_WATCHDOG": "1s", "STOCK_TEST_CRITICAL_DELAY": "40ms"}
 
-// 1. The holder is paused for 2.5 leases, then resumed: its write must be
-// rejected (lost-lock check before COMMIT, or the versioned UPDATE), and at
-// least one of those must have happened, or the run proved nothing.
-func pauseHolder(t *testing.T, row *Row) {
+// runPause runs the pause scenario: three instances of strategy, load, the
+// lock holder SIGSTOPped for 2.5 leases and resumed. It returns the rig, the
+// driver's result, the paused instance and when the pause began.
+func runPause(t *testing.T, strategy string, stock int64, expectOversell bool) (*rig, *driver.Result, *fleet.Instance, time.Time) {
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", env: pauseEnv})
-	stock := size[int64](500, 1000)
-	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
+	r := newRig(t, rigConfig{strategy: strategy, env: pauseEnv})
+	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10,
+		Duration: 2 * time.Minute, ExpectOversell: expectOversell})
 	r.waitSold(ctx, stock/10)
 	in, t0 := r.pauseHolder(ctx, 0, 1, 2)
 	time.Sleep(time.Until(t0.Add(2500 * time.Millisecond)))
 	if err := in.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	res := r.wait(out)
+	return r, r.wait(out), in, t0
+}
+
+// 1. The holder is paused for 2.5 leases, then resumed: its write must be
+// rejected (lost-lock check before COMMIT, or the versioned UPDATE), and at
+// least one of those must have happened, or the run proved nothing.
+func pauseHolder(t *testing.T, row *Row) {
+	r, res, in, t0 := runPause(t, "lock+version", size[int64](500, 1000), false)
 	fill(row, res)
 	row.Recovery = r.nextCreated(res, t0)
 	how := "the next holder took over once the 1s lease lapsed"
@@ -149,19 +157,9 @@ func pauseHolder(t *testing.T, row *Row) {
 // 2. The same pause with the naive `lock` strategy: it oversells (a lost
 // update), and the point is that the driver and the audit catch it.
 func pauseUnsafe(t *testing.T, row *Row) {
-	ctx := ctxFor(t, 3*time.Minute)
 	row.Strategy, row.ExpectOversell = "lock", true
-	r := newRig(t, rigConfig{strategy: "lock", env: pauseEnv})
-	stock := int64(300) // the lock strategy places one order per hold: ~25 orders/s
-	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10,
-		Duration: 2 * time.Minute, ExpectOversell: true})
-	r.waitSold(ctx, stock/10)
-	in, t0 := r.pauseHolder(ctx, 0, 1, 2)
-	time.Sleep(time.Until(t0.Add(2500 * time.Millisecond)))
-	if err := in.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	res := r.wait(out)
+	// The lock strategy places one order per hold: ~25 orders/s.
+	r, res, in, t0 := runPause(t, "lock", 300, true)
 	fill(row, res)
 	row.Recovery = r.nextCreated(res, t0)
 	consistent := res.Audit != nil && res.Audit.Consistent
