@@ -64,14 +64,6 @@ func (s *Store) findOrder(ctx context.Context, where string, arg any) (service.O
 // service.ErrBusy, or the error of d.BeforeCommit.
 func (s *Store) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
 	var o service.Order
-	var guardErr error
-	if g := d.Guard; g != nil {
-		d.Guard = func() (int64, error) {
-			f, err := g()
-			guardErr = err
-			return f, err
-		}
-	}
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		o, err = deduct(tx, d)
@@ -84,8 +76,8 @@ func (s *Store) Deduct(ctx context.Context, d service.Deduction) (service.Order,
 		return nil
 	})
 	if err != nil {
-		if isServiceErr(err) || guardErr != nil && errors.Is(err, guardErr) {
-			return service.Order{}, err // ours, or the guard's own: not the database's
+		if isServiceErr(err) {
+			return service.Order{}, err
 		}
 		return service.Order{}, translate(ctx, "deduct", err)
 	}
@@ -113,30 +105,21 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	ctx := tx.Statement.Context
 	q := int64(d.Quantity)
 	var cur stockRow
-	read := func() error {
-		if d.Write == service.WriteConditional {
-			return nil
-		}
+	if d.Write != service.WriteConditional {
 		read := "SELECT available, sold, version FROM stock WHERE sku = ?"
 		if d.Write == service.WriteForUpdate {
 			read += " FOR UPDATE"
 		}
 		var rows []stockRow
 		if err := tx.Raw(read, d.SKU).Scan(&rows).Error; err != nil {
-			return translate(ctx, "read stock", err)
+			return service.Order{}, translate(ctx, "read stock", err)
 		}
 		if len(rows) == 0 {
-			return service.ErrUnknownSKU
+			return service.Order{}, service.ErrUnknownSKU
 		}
 		cur = rows[0]
 		if cur.Available < q {
-			return service.ErrSoldOut
-		}
-		return nil
-	}
-	if d.Guard == nil {
-		if err := read(); err != nil {
-			return service.Order{}, err
+			return service.Order{}, service.ErrSoldOut
 		}
 	}
 
@@ -161,19 +144,6 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		return service.Order{}, translate(ctx, "insert ledger", err)
 	}
 
-	if d.Guard != nil {
-		// The rows that touch no shared row are written; now enter the
-		// critical section, and keep it to the read, the UPDATE and COMMIT.
-		fence, err := d.Guard()
-		if err != nil {
-			return service.Order{}, err
-		}
-		row.Fence = sql.NullInt64{Int64: fence, Valid: true}
-		if err := read(); err != nil {
-			return service.Order{}, err
-		}
-	}
-
 	var upd *gorm.DB
 	switch d.Write {
 	case service.WritePlain:
@@ -181,13 +151,6 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		upd = tx.Exec("UPDATE stock SET available = ?, sold = ?, version = version + 1, updated_at = ? WHERE sku = ?",
 			cur.Available-q, cur.Sold+q, now, d.SKU)
 	case service.WriteVersioned:
-		if d.Guard != nil {
-			// One statement sets the order's fence and deducts the stock.
-			upd = tx.Exec("UPDATE stock s JOIN orders o ON o.id = ? SET s.available = s.available - ?, s.sold = s.sold + ?, "+
-				"s.version = s.version + 1, s.updated_at = ?, o.fence = ? WHERE s.sku = ? AND s.version = ? AND s.available >= ?",
-				row.ID, q, q, now, row.Fence, d.SKU, cur.Version, q)
-			break
-		}
 		upd = tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
 			"WHERE sku = ? AND version = ? AND available >= ?", q, q, now, d.SKU, cur.Version, q)
 	case service.WriteConditional:

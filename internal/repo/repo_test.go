@@ -75,41 +75,6 @@ func TestDeductBatchFillsInOrder(t *testing.T) {
 	}
 }
 
-// With a Guard (the lock taken inside the transaction), the stock row is
-// read after the guard returns: a writer that committed while this one
-// waited for the lock is seen, so the versioned UPDATE does not miss.
-func TestGuardReadsAfterEnteringTheCriticalSection(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStore(t)
-	if _, err := s.SetStock(ctx, "V", 2); err != nil {
-		t.Fatal(err)
-	}
-	o, err := s.Deduct(ctx, service.Deduction{Key: "v1", RequestHash: "h", SKU: "V", Quantity: 1, Write: service.WriteVersioned,
-		Guard: func() (int64, error) {
-			// Another writer commits on its own connection "while we wait".
-			if _, err := s.Deduct(ctx, service.Deduction{Key: "other", RequestHash: "h", SKU: "V", Quantity: 1, Write: service.WriteConditional}); err != nil {
-				return 0, err
-			}
-			return 42, nil
-		}})
-	if err != nil {
-		t.Fatalf("versioned deduct after a writer committed during the guard = %v; want success", err)
-	}
-	if o.Fence == nil || *o.Fence != 42 {
-		t.Fatalf("order fence = %v; want the guard's 42", o.Fence)
-	}
-	a, _ := s.Audit(ctx, "V")
-	if a.Sold != 2 || !a.Consistent || a.Orders != 2 {
-		t.Fatalf("audit = %+v; want 2 sold, consistent", a)
-	}
-	// The fence is on the order row too.
-	got, err := s.OrderByKey(ctx, "v1")
-	if err != nil || got.Fence == nil || *got.Fence != 42 {
-		t.Fatalf("stored order = %+v, %v; want fence 42", got, err)
-	}
-}
-
 func TestDuplicateKeyIsTranslated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -90,11 +90,15 @@ func (s *Service) lead(sku string) {
 	delete(s.comb.active, sku)
 }
 
-// runBatch places a batch, even a batch of one, the same way: lock first,
-// then the transaction. (The one-order path of underLock inserts before it
-// takes the lock; mixing the two orders across instances could make a
-// retried key's INSERT wait on a row lock held by a transaction that waits
-// for the lock.)
+// alone places d as a batch of its own (request combining off).
+func (s *Service) alone(ctx, wctx context.Context, d Deduction) (Order, error) {
+	c := &call{ctx: ctx, wctx: wctx, d: d, done: make(chan struct{})}
+	s.runBatch(d.SKU, []*call{c})
+	return c.o, c.err
+}
+
+// runBatch places a batch under the SKU lock in one transaction: lock
+// first, then read, insert, versioned UPDATE, COMMIT.
 func (s *Service) runBatch(sku string, batch []*call) {
 	s.metrics.Batch(len(batch))
 	each := func(f func(c *call) (Order, error)) {
@@ -120,32 +124,23 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		return
 	}
 
-	// The batch serves many requests: no single client's cancellation may
-	// stop it, so it waits and writes on its own bounded contexts.
-	start := time.Now()
-	h, err := s.locks.TryLock(context.Background(), sku, s.cfg.LockWait, s.cfg.LockLease)
-	wait := time.Since(start)
+	// A batch of many requests waits on its own bounded context: no single
+	// client's cancellation may stop it. A batch of one waits on its client's.
+	lctx := context.Background()
+	if len(batch) == 1 {
+		lctx = batch[0].ctx
+	}
+	h, err := s.takeLock(lctx, sku)
+	var down redisDown
 	switch {
-	case errors.Is(err, lock.ErrNotObtained):
-		s.metrics.Lock("timeout", wait)
-		fail(fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait))
+	case errors.As(err, &down):
+		each(func(c *call) (Order, error) { return s.withoutRedis(c.wctx, c.d, down.err) })
 		return
 	case err != nil:
-		s.metrics.Lock("error", wait)
-		each(func(c *call) (Order, error) { return s.withoutRedis(c.wctx, c.d, err) })
+		fail(err)
 		return
 	}
-	s.metrics.Lock("acquired", wait)
-	s.redisUp()
-	acquired := time.Now()
-	defer func() {
-		s.metrics.Held(time.Since(acquired))
-		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := h.Unlock(uctx); err != nil {
-			s.log.Warn("unlock failed", "sku", sku, "err", err)
-		}
-	}()
+	defer s.releaseLock(h)
 
 	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
@@ -155,7 +150,9 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		if hook := s.cfg.CriticalSectionHook; hook != nil {
 			hook()
 		}
-		if h.Err() != nil {
+		// Err also checks the lease deadline, so a pause past the lease is
+		// seen here even before the watchdog runs again.
+		if h.Err() != nil { // the lock's Lost hook has counted it
 			return ErrLockLost
 		}
 		return nil
@@ -180,5 +177,51 @@ func (s *Service) runBatch(sku string, batch []*call) {
 			close(c.done)
 		}
 		return
+	}
+}
+
+// heldLock is a held SKU lock and when it was taken.
+type heldLock struct {
+	Hold
+	sku string
+	at  time.Time
+}
+
+// redisDown wraps the error of a lock that could not be asked for.
+type redisDown struct{ err error }
+
+func (e redisDown) Error() string { return "service: redis unreachable: " + e.err.Error() }
+func (e redisDown) Unwrap() error { return e.err }
+
+// takeLock takes the SKU lock within LockWait, counting the outcome. It
+// returns ErrBusy (wait ran out), ErrUnavailable (ctx ended) or a redisDown.
+func (s *Service) takeLock(ctx context.Context, sku string) (*heldLock, error) {
+	start := time.Now()
+	h, err := s.locks.TryLock(ctx, sku, s.cfg.LockWait, s.cfg.LockLease)
+	wait := time.Since(start)
+	switch {
+	case errors.Is(err, lock.ErrNotObtained):
+		s.metrics.Lock("timeout", wait)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
+	case err != nil:
+		s.metrics.Lock("error", wait)
+		return nil, redisDown{err}
+	}
+	s.metrics.Lock("acquired", wait)
+	s.redisUp()
+	return &heldLock{Hold: h, sku: sku, at: time.Now()}, nil
+}
+
+// releaseLock unlocks on a context of its own, so a cancelled request does
+// not leave the lock held.
+func (s *Service) releaseLock(h *heldLock) {
+	s.metrics.Held(time.Since(h.at))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := h.Unlock(ctx); err != nil {
+		s.log.Warn("unlock failed", "sku", h.sku, "err", err)
 	}
 }

@@ -207,7 +207,7 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 			o, err = s.combined(ctx, wctx, d)
 			break
 		}
-		o, err = s.underLock(ctx, wctx, d)
+		o, err = s.alone(ctx, wctx, d)
 	case StrategyLock:
 		o, err = s.underLock(ctx, wctx, d)
 	default:
@@ -300,93 +300,27 @@ func (s *Service) versioned(ctx context.Context, d Deduction) (Order, error) {
 	}
 }
 
-// underLock runs the deduction under the SKU lock, or on the DB-only path
-// while Redis is down. It waits for the lock on ctx and writes on wctx.
+// underLock is the `lock` strategy, deliberately the naive tutorial
+// version: lock, then read, check and write plain values, trusting the lock
+// (the fault runs show the cost). While Redis is down it takes the DB-only
+// path.
 func (s *Service) underLock(ctx, wctx context.Context, d Deduction) (Order, error) {
 	if s.skipLock() {
 		return s.withoutRedis(wctx, d, nil)
 	}
-	var h Hold
-	var redisErr error
-	defer func() {
-		if h == nil {
-			return
-		}
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		if err := h.Unlock(uctx); err != nil {
-			s.log.Warn("unlock failed", "sku", d.SKU, "err", err)
-		}
-	}()
-	var acquired time.Time
-	take := func() error {
-		start := time.Now()
-		hh, err := s.locks.TryLock(ctx, d.SKU, s.cfg.LockWait, s.cfg.LockLease)
-		wait := time.Since(start)
-		switch {
-		case errors.Is(err, lock.ErrNotObtained):
-			s.metrics.Lock("timeout", wait)
-			if ctx.Err() != nil {
-				return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-			}
-			return fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
-		case err != nil:
-			s.metrics.Lock("error", wait)
-			redisErr = err
-			return err
-		}
-		s.metrics.Lock("acquired", wait)
-		s.redisUp()
-		h, acquired = hh, time.Now()
-		return nil
+	h, err := s.takeLock(ctx, d.SKU)
+	var down redisDown
+	switch {
+	case errors.As(err, &down):
+		return s.withoutRedis(wctx, d, down.err)
+	case err != nil:
+		return Order{}, err
 	}
-	defer func() {
-		if h != nil {
-			s.metrics.Held(time.Since(acquired))
-		}
-	}()
-
-	if s.cfg.Strategy == StrategyLock {
-		// Deliberately the naive tutorial version: lock, then read, check and
-		// write plain values, trusting the lock. The fault runs show the cost.
-		if err := take(); err != nil {
-			if redisErr != nil {
-				return s.withoutRedis(wctx, d, redisErr)
-			}
-			return Order{}, err
-		}
-		fence := h.Fence()
-		d.Fence = &fence
-		d.Write = WritePlain
-		return s.deduct(wctx, d)
-	}
-
-	// lock+version: the transaction inserts the order and ledger rows first
-	// (they touch no shared row), then takes the lock, so the critical
-	// section is only the read, the versioned UPDATE and COMMIT.
-	d.Guard = func() (int64, error) {
-		if h == nil { // held already on a retry in a new transaction
-			if err := take(); err != nil {
-				return 0, err
-			}
-		}
-		return h.Fence(), nil
-	}
-	d.BeforeCommit = func() error {
-		// Err also checks the lease deadline, so a pause past the lease is
-		// seen here even before the watchdog runs again.
-		if h.Err() != nil { // the lock's Lost hook has counted it
-			return ErrLockLost
-		}
-		return nil
-	}
-	d.Write = WriteVersioned
-	o, err := s.versioned(wctx, d)
-	if redisErr != nil && h == nil {
-		d.Guard, d.BeforeCommit = nil, nil
-		return s.withoutRedis(wctx, d, redisErr)
-	}
-	return o, err
+	defer s.releaseLock(h)
+	fence := h.Fence()
+	d.Fence = &fence
+	d.Write = WritePlain
+	return s.deduct(wctx, d)
 }
 
 // withoutRedis handles an order while Redis is unreachable: the conditional

@@ -124,12 +124,6 @@ type Deduction struct {
 	Quantity    int
 	Write       Write
 	Fence       *int64
-	// Guard, if set, is called inside the transaction after the order and
-	// ledger rows are inserted and before the stock row is read: it enters
-	// the critical section (takes the SKU lock) and returns the fencing token
-	// to record on the order. An error rolls the transaction back and is
-	// returned.
-	Guard func() (fence int64, err error)
 	// BeforeCommit, if set, runs after the last statement and before COMMIT;
 	// an error from it rolls the transaction back and is returned.
 	BeforeCommit func() error
