@@ -1,9 +1,12 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -50,6 +53,13 @@ func TestInstanceLifecycle(t *testing.T) {
 	if err := in.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill(2) returns before every thread has stopped: wait for state T.
+	for deadline := time.Now().Add(2 * time.Second); runtime.GOOS == "linux" && procState(in.PID()) != 'T'; {
+		if time.Now().After(deadline) {
+			t.Fatalf("instance not stopped 2s after SIGSTOP (state %c)", procState(in.PID()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if got := get(health, 300*time.Millisecond); got != 0 {
 		t.Errorf("GET %s of a paused instance = %d; want no answer", health, got)
 	}
@@ -85,4 +95,17 @@ func TestInstanceLifecycle(t *testing.T) {
 	if st := f.Stop(); len(st) != 1 || st[0].ExitOK {
 		t.Errorf("Fleet.Stop() after the instance stopped = %+v; want one instance, not ExitOK (it was already gone)", st)
 	}
+}
+
+// procState is the state letter of /proc/<pid>/stat (R, S, T, ...), or 0.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
