@@ -105,3 +105,31 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 		t.Fatalf("Open on a closed port = %v; want an error wrapping service.ErrUnavailable", err)
 	}
 }
+
+// Precheck reads the stock row and the key's order in one statement.
+func TestPrecheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	if _, _, err := s.Precheck(ctx, "P", "k"); !errors.Is(err, service.ErrUnknownSKU) {
+		t.Fatalf("Precheck of an unknown SKU = %v; want ErrUnknownSKU", err)
+	}
+	if _, err := s.SetStock(ctx, "P", 4); err != nil {
+		t.Fatal(err)
+	}
+	st, o, err := s.Precheck(ctx, "P", "k")
+	if err != nil || o != nil || st.Available != 4 {
+		t.Fatalf("Precheck before the order = %+v, %v, %v; want available 4, no order", st, o, err)
+	}
+	placed, err := s.Deduct(ctx, service.Deduction{Key: "k", RequestHash: "h", SKU: "P", Quantity: 3, Write: service.WriteConditional})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, o, err = s.Precheck(ctx, "P", "k")
+	if err != nil || o == nil || st.Available != 1 {
+		t.Fatalf("Precheck after the order = %+v, %v, %v", st, o, err)
+	}
+	if o.ID != placed.ID || o.SKU != "P" || o.Quantity != 3 || o.RequestHash != "h" || o.Key != "k" || !o.CreatedAt.Equal(placed.CreatedAt) {
+		t.Fatalf("Precheck order = %+v; want %+v", *o, placed)
+	}
+}

@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"gorm.io/gorm"
@@ -19,6 +20,38 @@ func (s *Store) Stock(ctx context.Context, sku string) (service.Stock, error) {
 		return service.Stock{}, service.ErrUnknownSKU
 	}
 	return service.Stock{SKU: sku, Available: rows[0].Available, Sold: rows[0].Sold, Version: rows[0].Version}, nil
+}
+
+// Precheck reads the stock row of sku and the order of key, if any, in one
+// statement (one round trip, one snapshot). It returns service.ErrUnknownSKU
+// for an unknown SKU.
+func (s *Store) Precheck(ctx context.Context, sku, key string) (service.Stock, *service.Order, error) {
+	var rows []struct {
+		Available, Sold, Version int64
+		OID                      sql.NullInt64  `gorm:"column:oid"`
+		OSKU                     sql.NullString `gorm:"column:osku"`
+		RequestHash              sql.NullString `gorm:"column:request_hash"`
+		Quantity                 sql.NullInt64  `gorm:"column:quantity"`
+		Fence                    sql.NullInt64  `gorm:"column:fence"`
+		CreatedAt                sql.NullTime   `gorm:"column:created_at"`
+	}
+	err := s.db.WithContext(ctx).Raw("SELECT s.available, s.sold, s.version, o.id AS oid, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at "+
+		"FROM stock s LEFT JOIN orders o ON o.idempotency_key = ? WHERE s.sku = ?", key, sku).Scan(&rows).Error
+	if err != nil {
+		return service.Stock{}, nil, translate(ctx, "precheck", err)
+	}
+	if len(rows) == 0 {
+		return service.Stock{}, nil, service.ErrUnknownSKU
+	}
+	r := rows[0]
+	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version}
+	if !r.OID.Valid {
+		return st, nil, nil
+	}
+	o := orderRow{ID: r.OID.Int64, IdempotencyKey: key, SKU: r.OSKU.String, RequestHash: r.RequestHash.String,
+		Quantity: int(r.Quantity.Int64), Fence: r.Fence, CreatedAt: r.CreatedAt.Time}
+	out := o.order()
+	return st, &out, nil
 }
 
 // SetStock creates sku with available units, or sets its available count,

@@ -166,17 +166,15 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	hash := r.Hash()
-	// Stock first, then the key: an order of this key committed before the
-	// stock read is then always seen, so a retry whose first attempt took the
-	// last unit gets its order back, not a 409.
-	st, err := s.store.Stock(ctx, r.SKU)
+	// The stock row and the key's order, in one statement (one snapshot): an
+	// order of this key committed before the read is always seen, so a retry
+	// whose first attempt took the last unit gets its order back, not a 409.
+	st, prev, err := s.store.Precheck(ctx, r.SKU, r.Key)
 	if err != nil {
 		return Order{}, false, err
 	}
-	if o, err := s.store.OrderByKey(ctx, r.Key); err == nil {
-		return replay(o, hash)
-	} else if !errors.Is(err, ErrOrderNotFound) {
-		return Order{}, false, err
+	if prev != nil {
+		return replay(*prev, hash)
 	}
 	// Sold-out traffic must not queue behind the lock.
 	if st.Available < int64(r.Quantity) {

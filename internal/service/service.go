@@ -153,6 +153,9 @@ type Store interface {
 	Order(ctx context.Context, id int64) (Order, error)
 	// Stock returns the stock row, or ErrUnknownSKU.
 	Stock(ctx context.Context, sku string) (Stock, error)
+	// Precheck returns the stock row and the order of key, if any, read in
+	// one snapshot; ErrUnknownSKU for an unknown SKU.
+	Precheck(ctx context.Context, sku, key string) (Stock, *Order, error)
 	// SetStock creates the SKU or sets its available count, with a ledger entry.
 	SetStock(ctx context.Context, sku string, available int64) (Stock, error)
 	// Audit reconciles one SKU, or returns ErrUnknownSKU.
