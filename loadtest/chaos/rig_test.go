@@ -232,12 +232,35 @@ func (r *rig) lockFields(ctx context.Context) []string {
 	return f
 }
 
+// lockingTrx returns the ids of the InnoDB transactions holding row locks.
+func (r *rig) lockingTrx(ctx context.Context) []string {
+	rows, err := r.db.QueryContext(ctx, "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_rows_locked > 0")
+	if err != nil {
+		r.t.Logf("read INNODB_TRX: %v", err)
+		return nil
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if rows.Scan(&id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // pauseHolder pauses (SIGSTOP) one of the candidate instances while it holds
-// the SKU lock, and returns it paused, with the moment it was stopped. It
-// tells the holder by the lock itself: a hold that neither ends nor is
-// renewed for 200ms (a hold lasts tens of ms, and the watchdog renews every
-// third of the lease) belongs to the paused process. Otherwise it resumes the
-// instance and tries again, for at most 40s.
+// the SKU lock inside its transaction (after the guarding UPDATE, in the
+// test-only delay before COMMIT), and returns it paused, with the moment it
+// was stopped. It tells the holder by the lock itself: a hold that neither
+// ends nor is renewed for 200ms (a hold lasts tens of ms, and the watchdog
+// renews every third of the lease) belongs to the paused process. And it
+// tells that the pause fell inside the transaction by InnoDB: a transaction
+// holding row locks through those 200ms is the paused one's (no one else can
+// reach the UPDATE without the lock). A pause that falls before BEGIN or
+// after COMMIT proves nothing about the write, so it resumes the instance and
+// tries again, for at most 40s.
 //
 // Guessing is biased: an instance just resumed is first in the lock's line
 // of clients and takes the lock next, so a blind rotation keeps pausing the
@@ -296,12 +319,23 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 		time.Sleep(100 * time.Millisecond)
 		f1 := r.lockFields(ctx)
 		p1, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
+		x1 := r.lockingTrx(ctx)
 		time.Sleep(200 * time.Millisecond)
 		f2 := r.lockFields(ctx)
 		p2, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
-		r.t.Logf("pause try %d, instance %d: lock %v pttl %v, then %v pttl %v", try, in.Index, f1, p1, f2, p2)
-		if len(f1) == 1 && slices.Equal(f1, f2) && p2 > 0 && p2 < p1 {
+		x2 := r.lockingTrx(ctx)
+		stuck := slices.ContainsFunc(x1, func(id string) bool { return slices.Contains(x2, id) })
+		r.t.Logf("pause try %d, instance %d: lock %v pttl %v trx %v, then %v pttl %v trx %v", try, in.Index, f1, p1, x1, f2, p2, x2)
+		held := len(f1) == 1 && slices.Equal(f1, f2) && p2 > 0 && p2 < p1
+		if held && stuck {
 			return in, t0
+		}
+		if held { // the right process, outside its transaction: try again
+			if err := in.Signal(syscall.SIGCONT); err != nil {
+				r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
+			}
+			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+			continue
 		}
 		if notOf[in.Index] == nil {
 			notOf[in.Index] = map[string]bool{}
