@@ -117,27 +117,29 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 				cycle(l)
 			}
 		}
+		// Allocations of ours, measured apart: ReadMemStats stops the world,
+		// which must not land next to a timed block.
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		const allocCycles = 2000
+		for range allocCycles {
+			cycle(lockers[0])
+		}
+		runtime.ReadMemStats(&ms1)
 		perOp := make([][]time.Duration, len(impls))
 		cpu := make([]time.Duration, len(impls))
-		var oursBytes, oursAllocs, oursCycles uint64
-		var ms0, ms1 runtime.MemStats
-		for start := time.Now(); time.Since(start) < 6*time.Second; {
-			for i, l := range lockers {
-				if i == 0 {
-					runtime.ReadMemStats(&ms0)
-				}
+		// Each round runs one block of each implementation, starting with a
+		// different one each round, so no implementation always follows the
+		// same other one.
+		for round, start := 0, time.Now(); time.Since(start) < 6*time.Second; round++ {
+			for k := range lockers {
+				i := (round + k) % len(lockers)
 				t0, c0 := time.Now(), processCPU()
 				for range block {
-					cycle(l)
+					cycle(lockers[i])
 				}
 				perOp[i] = append(perOp[i], time.Since(t0)/block)
 				cpu[i] += processCPU() - c0
-				if i == 0 {
-					runtime.ReadMemStats(&ms1)
-					oursBytes += ms1.TotalAlloc - ms0.TotalAlloc
-					oursAllocs += ms1.Mallocs - ms0.Mallocs
-					oursCycles += block
-				}
 			}
 		}
 		for i, im := range impls {
@@ -154,7 +156,7 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 		slices.Sort(ratios)
 		report(ratios[len(ratios)/2], "ours/bsm")
 		report(0, "ns/op")
-		report(float64(oursBytes)/float64(oursCycles), "B/op")
-		report(float64(oursAllocs)/float64(oursCycles), "allocs/op")
+		report(float64(ms1.TotalAlloc-ms0.TotalAlloc)/allocCycles, "B/op")
+		report(float64(ms1.Mallocs-ms0.Mallocs)/allocCycles, "allocs/op")
 	})
 }

@@ -2,8 +2,9 @@
 -- KEYS[1] lock hash, KEYS[2] fencing counter,
 -- KEYS[3] queue of waiting clients (list), KEYS[4] their deadlines (zset, ms)
 -- ARGV[1] lease in ms, ARGV[2] owner field "<clientID>:<holdID>" (never reused),
--- ARGV[3] clientID, ARGV[4] how long a queue entry lives without a retry, in ms
+-- ARGV[3] how long a queue entry lives without a retry, in ms
 --         (0: a single attempt that does not join the queue)
+-- The line holds clientIDs: the owner field up to its last ':'.
 -- Reply: {fence} when acquired; otherwise {wait, skip}: how long to wait at
 -- most, in ms (the holder's PTTL, or the deadline of the client first in
 -- line), and how many unlocks will hand the lock to clients ahead of this one
@@ -17,20 +18,24 @@ local function clock()
   return now
 end
 
+local client = nil
+local function id()
+  if not client then client = string.match(ARGV[2], '^(.*):') end
+  return client
+end
+
 -- Drop waiters at the front of the line that stopped retrying (gone or dead).
-while true do
-  local first = redis.call('lindex', KEYS[3], 0)
-  if not first then break end
-  local now = clock()
+local first = redis.call('lindex', KEYS[3], 0)
+while first do
   local deadline = tonumber(redis.call('zscore', KEYS[4], first))
-  if deadline and deadline > now then break end
+  if deadline and deadline > clock() then break end
   redis.call('lpop', KEYS[3])
   redis.call('zrem', KEYS[4], first)
+  first = redis.call('lindex', KEYS[3], 0)
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
-  local first = redis.call('lindex', KEYS[3], 0)
-  if (not first) or first == ARGV[3] then
+  if (not first) or first == id() then
     if first then
       redis.call('lpop', KEYS[3])
       redis.call('zrem', KEYS[4], first)
@@ -48,12 +53,12 @@ end
 
 local wait = redis.call('pttl', KEYS[1])
 local held = wait ~= -2
-local ttl = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[3])
 if ttl > 0 then
-  if not redis.call('zscore', KEYS[4], ARGV[3]) then
-    redis.call('rpush', KEYS[3], ARGV[3])
+  if not redis.call('zscore', KEYS[4], id()) then
+    redis.call('rpush', KEYS[3], id())
   end
-  redis.call('zadd', KEYS[4], clock() + ttl, ARGV[3])
+  redis.call('zadd', KEYS[4], clock() + ttl, id())
   redis.call('pexpire', KEYS[3], 3 * ttl)
   redis.call('pexpire', KEYS[4], 3 * ttl)
 end
@@ -71,7 +76,7 @@ end
 -- line is taking it now, without an unlock.
 local skip = -1
 if ttl > 0 then
-  local pos = redis.call('lpos', KEYS[3], ARGV[3])
+  local pos = redis.call('lpos', KEYS[3], id())
   if pos then
     skip = pos
     if not held then skip = pos - 1 end

@@ -122,7 +122,6 @@ type Client struct {
 
 	sub subscriber
 
-	idArg any // c.id, boxed once: script arguments are interfaces
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a
@@ -144,7 +143,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
-	c.idArg = c.id
 	c.sub.c = c
 	return c
 }
@@ -263,7 +261,7 @@ func (c *Client) tick() {
 // (deadline, in Client.now() time, plus one lease for a server whose clock
 // started late), or the Client closes. Release is a compare-and-set on the
 // owner's count, so a repeat never touches another owner's hold.
-func (c *Client) retryRelease(m *Mutex, owner string, count int64, dur, deadline time.Duration) {
+func (c *Client) retryRelease(m *Mutex, owner string, fence, count int64, dur, deadline time.Duration) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -283,7 +281,7 @@ func (c *Client) retryRelease(m *Mutex, owner string, count int64, dur, deadline
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-			v, err := m.releaseCall(ctx, owner, count, dur)
+			v, err := m.releaseCall(ctx, owner, fence, count, dur)
 			cancel()
 			switch {
 			case err != nil:

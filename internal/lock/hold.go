@@ -165,7 +165,7 @@ func (l *lease) reenter(ctx context.Context) (*Hold, error) {
 func (l *lease) undo(ctx context.Context, want int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	l.m.releaseCall(ctx, l.owner, want, l.dur)
+	l.m.releaseCall(ctx, l.owner, l.fence, want, l.dur)
 }
 
 // Hold is one acquisition of a lock: a fresh acquire or a re-entry. It is
@@ -230,7 +230,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 			return l.handOff(ctx, w, sent)
 		}
 	}
-	v, err := l.m.releaseCall(ctx, l.owner, l.count, l.dur)
+	v, err := l.m.releaseCall(ctx, l.owner, l.fence, l.count, l.dur)
 	switch {
 	case err != nil:
 		// Redis did not answer (a failover, a restart): keep trying in the
@@ -238,7 +238,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		// not sit out its whole lease on a server that is back.
 		deadline := time.Duration(l.deadline.Load())
 		l.lose()
-		l.c.retryRelease(l.m, l.owner, l.count, l.dur, deadline)
+		l.c.retryRelease(l.m, l.owner, l.fence, l.count, l.dur, deadline)
 		return fmt.Errorf("lock: unlock %q: %w", l.name, err)
 	case v == 1:
 		l.count--
@@ -286,8 +286,8 @@ func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) erro
 		deadline := time.Duration(l.deadline.Load())
 		w.grant <- nil
 		l.lose()
-		c.retryRelease(m, l.owner, 1, l.dur, deadline)
-		c.retryRelease(m, owner, 1, w.dur, sent+w.dur)
+		c.retryRelease(m, l.owner, l.fence, 1, l.dur, deadline)
+		c.retryRelease(m, owner, 0, 1, w.dur, sent+w.dur)
 		return fmt.Errorf("lock: unlock %q: %w", l.name, err)
 	}
 	l.count = 0
@@ -297,7 +297,7 @@ func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) erro
 	if err := c.register(nl); err != nil {
 		nl.end(stateLost)
 		w.grant <- nil
-		c.retryRelease(m, owner, 1, w.dur, sent+w.dur) // Close raced us: a no-op once closed
+		c.retryRelease(m, owner, fence, 1, w.dur, sent+w.dur) // Close raced us: a no-op once closed
 		return nil
 	}
 	w.grant <- &Hold{l: nl}

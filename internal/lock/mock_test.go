@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -30,12 +31,14 @@ func mockClient(t *testing.T) (*Client, redismock.ClientMock) {
 
 func expectAcquire(mock redismock.ClientMock, owner string, inLine int64) *redismock.ExpectedCmd {
 	return mock.ExpectEvalSha(acquireScript.Hash(), []string{mockName, "redisson_lock_token:stock:{SKU-1}",
-		"redisson_lock_queue:stock:{SKU-1}", "redisson_lock_timeout:stock:{SKU-1}"}, int64(30000), owner, "cid", inLine)
+		"redisson_lock_queue:stock:{SKU-1}", "redisson_lock_timeout:stock:{SKU-1}"}, int64(30000), owner, inLine)
 }
 
-func expectRelease(mock redismock.ClientMock, owner string, want int64) *redismock.ExpectedCmd {
+// expectRelease expects the release of owner's chain with fencing token
+// fence (0: unknown, an undo), at count want.
+func expectRelease(mock redismock.ClientMock, owner string, fence, want int64) *redismock.ExpectedCmd {
 	return mock.ExpectEvalSha(releaseScript.Hash(),
-		[]string{mockName, "redisson_lock__channel:stock:{SKU-1}", "redisson_unlock_latch:stock:{SKU-1}:" + owner},
+		[]string{mockName, "redisson_lock__channel:stock:{SKU-1}", "redisson_unlock_latch:stock:{SKU-1}:" + strconv.FormatInt(fence, 10)},
 		int64(30000), owner, want, int64(10000))
 }
 
@@ -43,8 +46,8 @@ func TestMockLockUnlockSequence(t *testing.T) {
 	c, mock := mockClient(t)
 	expectAcquire(mock, "cid:1", 1000).SetVal([]any{int64(7)})
 	mock.ExpectEvalSha(reenterScript.Hash(), []string{mockName}, int64(30000), "cid:1", int64(1)).SetVal(int64(2))
-	expectRelease(mock, "cid:1", 2).SetVal(int64(1))
-	expectRelease(mock, "cid:1", 1).SetVal(int64(2))
+	expectRelease(mock, "cid:1", 7, 2).SetVal(int64(1))
+	expectRelease(mock, "cid:1", 7, 1).SetVal(int64(2))
 
 	ctx := context.Background()
 	h, err := c.Mutex(mockName).Lock(ctx)
@@ -92,7 +95,7 @@ func TestMockBadRepliesAreNotAcquired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, mock := mockClient(t)
 			tc.reply(expectAcquire(mock, "cid:1", 1000))
-			expectRelease(mock, "cid:1", 1).SetVal(int64(0))
+			expectRelease(mock, "cid:1", 0, 1).SetVal(int64(0))
 			h, err := c.Mutex(mockName).TryLock(context.Background(), time.Second, 0)
 			if h != nil || err == nil {
 				t.Fatalf("TryLock with %s = %v, %v; want no hold and an error", tc.name, h, err)
@@ -117,7 +120,7 @@ func TestMockReleaseErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, mock := mockClient(t)
 			expectAcquire(mock, "cid:1", 1000).SetVal([]any{int64(1)})
-			tc.reply(expectRelease(mock, "cid:1", 1))
+			tc.reply(expectRelease(mock, "cid:1", 1, 1))
 			h, err := c.Mutex(mockName).Lock(context.Background())
 			if err != nil {
 				t.Fatal(err)

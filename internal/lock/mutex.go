@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -230,7 +231,7 @@ type busy struct {
 func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, watchdog bool, inLine time.Duration) (*Hold, busy, error) {
 	c := m.c
 	sent := c.now()
-	res, err := acquireScript.Run(ctx, c.rdb, m.acquireKeys, msArg(dur), owner, c.idArg, msArg(inLine)).Result()
+	res, err := acquireScript.Run(ctx, c.rdb, m.acquireKeys, msArg(dur), owner, msArg(inLine)).Result()
 	var fence int64
 	if err == nil {
 		switch v := res.(type) {
@@ -258,7 +259,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 	if err != nil {
 		if !neverSent(err) {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-			m.releaseCall(uctx, owner, 1, dur)
+			m.releaseCall(uctx, owner, 0, 1, dur)
 			cancel()
 		}
 		return nil, busy{}, acquireErr(ctx, m.name, err)
@@ -267,7 +268,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 	if err := c.register(l); err != nil {
 		l.end(stateLost)
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-		m.releaseCall(uctx, owner, 1, dur)
+		m.releaseCall(uctx, owner, fence, 1, dur)
 		cancel()
 		return nil, busy{}, err
 	}
@@ -288,9 +289,13 @@ func acquireErr(ctx context.Context, name string, err error) error {
 	return fmt.Errorf("lock: acquire %q: %w", name, err)
 }
 
-// releaseCall runs the release script for owner, expecting count want.
-func (m *Mutex) releaseCall(ctx context.Context, owner string, want int64, dur time.Duration) (int64, error) {
-	keys := []string{m.name, m.channel, m.latch + owner}
+// releaseCall runs the release script for owner, expecting count want. fence
+// is the chain's fencing token (0 when unknown); it names the unlock latch,
+// which holds owner, so a short key tells a resend apart.
+func (m *Mutex) releaseCall(ctx context.Context, owner string, fence, want int64, dur time.Duration) (int64, error) {
+	var buf [128]byte // on the stack for names of usual length
+	latch := string(strconv.AppendInt(append(buf[:0], m.latch...), fence, 10))
+	keys := []string{m.name, m.channel, latch}
 	return releaseScript.Run(ctx, m.c.rdb, keys, msArg(dur), owner, want, latchMsArg).Int64()
 }
 

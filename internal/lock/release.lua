@@ -1,12 +1,13 @@
 -- Release one level of a chain, as a compare-and-set on the count so a resend is a no-op.
--- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch of this owner
+-- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch of this chain
+-- (named by its fencing token, holding the owner field)
 -- ARGV[1] lease in ms, ARGV[2] owner field, ARGV[3] count the caller last saw,
 -- ARGV[4] latch lifetime in ms
 -- Reply: 1 still held (count decremented), 2 fully released, 0 not held, -1 count mismatch.
 local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 local want = tonumber(ARGV[3])
 if c == nil then
-  if want == 1 and redis.call('exists', KEYS[3]) == 1 then
+  if want == 1 and redis.call('get', KEYS[3]) == ARGV[2] then
     return 2 -- an earlier send of this call released it
   end
   return 0
@@ -24,5 +25,5 @@ if c > 1 then
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], '0')
-redis.call('set', KEYS[3], '1', 'px', ARGV[4])
+redis.call('set', KEYS[3], ARGV[2], 'px', ARGV[4])
 return 2
