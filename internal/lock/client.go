@@ -121,7 +121,6 @@ type Client struct {
 	wg       sync.WaitGroup // the pub/sub dispatcher
 
 	sub subscriber
-
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a
