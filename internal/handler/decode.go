@@ -8,12 +8,15 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 )
 
 // decodeJSON reads the body strictly into v: application/json only, at most
-// maxBody bytes, no unknown fields, no trailing data.
+// maxBody bytes, no unknown fields (names match exactly, case included), no
+// field twice, no trailing data.
 func decodeJSON(c *gin.Context, maxBody int64, v any) error {
 	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
 	if err != nil || mt != "application/json" {
@@ -43,6 +46,50 @@ func decodeStrict(r io.Reader, maxBody int64, v any) error {
 			return bodyErr(err, maxBody)
 		}
 		return fmt.Errorf("%w: trailing data after the JSON object", errMalformed)
+	}
+	return exactNames(body, v)
+}
+
+// exactNames checks the object's member names against v's json names:
+// encoding/json matches them case-insensitively and keeps the last of a
+// repeated member, so {"SKU":..} or {"quantity":1,"quantity":9} would
+// otherwise be taken. body has been decoded once already, so it is valid.
+func exactNames(body []byte, v any) error {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	known := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // {
+		return bodyErr(err, 0)
+	}
+	seen := make(map[string]bool, len(known))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return bodyErr(err, 0)
+		}
+		name, _ := tok.(string)
+		switch {
+		case !known[name]:
+			return fmt.Errorf("%w: unknown field %q (names are case-sensitive)", errMalformed, name)
+		case seen[name]:
+			return fmt.Errorf("%w: field %q appears twice", errMalformed, name)
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return bodyErr(err, 0)
+		}
 	}
 	return nil
 }
