@@ -73,13 +73,24 @@ if wait == -2 then
 end
 -- How many unlocks to let go by before trying again: each unlock hands the
 -- lock to the client first in line, and when the lock is free the first in
--- line is taking it now, without an unlock.
+-- line is taking it now, without an unlock. The holder's own client may be in
+-- line too (a waiter of it tried while it held): its entry leaves the line
+-- with a local hand-off (transfer.lua), which publishes nothing, so it is not
+-- counted; counting it would make this client sleep through its turn. (When
+-- the holder unlocks instead, this client looks once too early: harmless.)
 local skip = -1
 if ttl > 0 then
   local pos = redis.call('lpos', KEYS[3], id())
   if pos then
     skip = pos
-    if not held then skip = pos - 1 end
+    if not held then
+      skip = pos - 1
+    elseif pos > 0 then
+      local owner = redis.call('hkeys', KEYS[1])[1]
+      local holder = owner and string.match(owner, '^(.*):')
+      local hpos = holder and redis.call('lpos', KEYS[3], holder)
+      if hpos and hpos < pos then skip = pos - 1 end
+    end
   end
 end
 return {wait, skip}

@@ -1,5 +1,10 @@
 -- A client leaves the line of waiters (its last waiter gave up).
--- KEYS[1] queue of waiting clients, KEYS[2] their deadlines; ARGV[1] clientID
-redis.call('lrem', KEYS[1], 0, ARGV[1])
+-- KEYS[1] queue of waiting clients, KEYS[2] their deadlines, KEYS[3] unlock
+-- channel; ARGV[1] clientID
+-- The clients behind it counted its turn among the unlocks to let go by, so
+-- leaving publishes one, as the turn it no longer takes.
+if redis.call('lrem', KEYS[1], 0, ARGV[1]) > 0 then
+  redis.call('publish', KEYS[3], '0')
+end
 redis.call('zrem', KEYS[2], ARGV[1])
 return 1

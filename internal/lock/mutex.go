@@ -425,7 +425,7 @@ func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
 		// The last waiter gave up: leave the line now rather than make the
 		// others wait for our entry to lapse.
 		ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-		_ = leaveScript.Run(ctx, c.rdb, []string{q.m.queue, q.m.timeout}, c.id).Err()
+		_ = leaveScript.Run(ctx, c.rdb, []string{q.m.queue, q.m.timeout, q.m.channel}, c.id).Err()
 		cancel()
 	}
 }
