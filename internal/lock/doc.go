@@ -7,9 +7,10 @@
 // "<clientID>:<holdID>" (a UUID per [Client], a positive integer per
 // acquisition chain), and its value the reentrancy count. The key's TTL is the
 // lease, set with PEXPIRE in milliseconds. A full release deletes the key and
-// publishes "0" on "redisson_lock__channel:{<name>}", which wakes waiters (so
-// does a waiting client that gives up and leaves the line: waiters treat every
-// message as "look again", as Redisson's do); a fresh acquire INCRs "redisson_lock_token:{<name>}", the fencing token. A Java
+// publishes "0" on "redisson_lock__channel:{<name>}", which wakes waiters (a
+// waiting client that gives up and leaves the line publishes "2", which this
+// package's waiters count as a turn gone by and Redisson's ignore); a fresh
+// acquire INCRs "redisson_lock_token:{<name>}", the fencing token. A Java
 // service using Redisson and a Go service using this package exclude each other
 // on the same name. All keys of one lock share one hash slot, every key a
 // script touches is passed in KEYS, and scripts run by EVALSHA with an EVAL

@@ -18,3 +18,13 @@ func ScriptKind(arg string) string {
 	}
 	return ""
 }
+
+// Waiting returns how many waiters of c are queued for the lock name.
+func Waiting(c *Client, name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.queues[name]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}

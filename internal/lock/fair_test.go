@@ -285,12 +285,12 @@ func waitLine(t *testing.T, r *redis.Client, name string, want ...string) {
 	t.Fatalf("line of %s = %v; want %v", name, got, want)
 }
 
-// lockAsync takes the lock in a goroutine; the channel gets the hold and when
-// Lock returned.
-func lockAsync(t *testing.T, c *lock.Client, name string, wait time.Duration) <-chan acquired {
+// lockAsync takes the lock in a goroutine, for at most 5s or until ctx ends;
+// the channel gets the hold and when Lock returned.
+func lockAsync(ctx context.Context, c *lock.Client, name string) <-chan acquired {
 	ch := make(chan acquired, 1)
 	go func() {
-		h, err := c.Mutex(name).TryLock(context.Background(), wait, 0)
+		h, err := c.Mutex(name).TryLock(ctx, 5*time.Second, 0)
 		ch <- acquired{h, err, time.Now()}
 	}()
 	return ch
@@ -314,9 +314,12 @@ func TestHandOffAheadInLineDoesNotStall(t *testing.T) {
 	name := lockName(t)
 	y, x := newClient(t), newClient(t)
 	y1 := must(y.Mutex(name).Lock(ctx))
-	y2c := lockAsync(t, y, name, 5*time.Second) // tries while Y holds: Y joins the line
+	y2c := lockAsync(ctx, y, name) // tries while Y holds: Y joins the line
 	waitLine(t, r, name, y.ID())
-	xc := lockAsync(t, x, name, 5*time.Second)
+	for lock.Waiting(y, name) != 1 { // queued in Y, so the unlock hands off to it
+		time.Sleep(time.Millisecond)
+	}
+	xc := lockAsync(ctx, x, name)
 	waitLine(t, r, name, y.ID(), x.ID())
 	noErr(t, y1.Unlock(ctx)) // hands the lock to Y's waiter: Y leaves the line, nothing published
 	y2 := <-y2c
@@ -334,10 +337,13 @@ func TestLeaverAheadInLineDoesNotStall(t *testing.T) {
 	name := lockName(t)
 	z, a, x := newClient(t), newClient(t), newClient(t)
 	zh := must(z.Mutex(name).Lock(ctx))
-	ac := lockAsync(t, a, name, 100*time.Millisecond) // gives up while Z holds, well before X looks again
+	actx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	ac := lockAsync(actx, a, name)
 	waitLine(t, r, name, a.ID())
-	xc := lockAsync(t, x, name, 5*time.Second)
+	xc := lockAsync(ctx, x, name)
 	waitLine(t, r, name, a.ID(), x.ID())
+	giveUp() // while Z holds, long before X looks again
 	if got := <-ac; !errors.Is(got.err, lock.ErrNotObtained) {
 		t.Fatalf("A's TryLock = %v; want ErrNotObtained", got.err)
 	}

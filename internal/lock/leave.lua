@@ -2,9 +2,12 @@
 -- KEYS[1] queue of waiting clients, KEYS[2] their deadlines, KEYS[3] unlock
 -- channel; ARGV[1] clientID
 -- The clients behind it counted its turn among the unlocks to let go by, so
--- leaving publishes one, as the turn it no longer takes.
+-- leaving publishes one, as the turn it no longer takes. It publishes '2',
+-- not the unlock message '0': Redisson's waiters act on 0 (and 1, a read
+-- unlock) only, and the lock was not released; this package's waiters count
+-- every message on the channel.
 if redis.call('lrem', KEYS[1], 0, ARGV[1]) > 0 then
-  redis.call('publish', KEYS[3], '0')
+  redis.call('publish', KEYS[3], '2')
 end
 redis.call('zrem', KEYS[2], ARGV[1])
 return 1
