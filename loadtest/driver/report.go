@@ -133,17 +133,7 @@ func WriteSummary(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  sold %d (want %d), orders %d, units %d, oversold %d, lost updates %d\n",
 		r.Sold, r.ExpectedSold, r.Orders, r.Units, r.Oversold, r.LostUpdates)
 	for _, c := range r.Checks {
-		mark := "ok  "
-		if !c.OK {
-			switch {
-			case r.ExpectOversell && c.Oversell:
-				mark = "saw "
-			case c.Liveness:
-				mark = "SHORT"
-			default:
-				mark = "FAIL"
-			}
-		}
+		mark := [...]string{"ok  ", "saw ", "SHORT", "FAIL"}[r.outcome(c)]
 		line := "  " + mark + " " + c.Name
 		if !c.OK {
 			line += ": " + c.Detail
@@ -151,6 +141,21 @@ func WriteSummary(w io.Writer, r *Result) {
 		fmt.Fprintln(w, line)
 	}
 	fmt.Fprintf(w, "  result: %s\n", r.Verdict())
+}
+
+// outcome classifies a check of r: 0 held, 1 broken as expected (an
+// oversell check of a run that expects one), 2 short (buyers gave up), 3
+// failed.
+func (r *Result) outcome(c Check) int {
+	switch {
+	case c.OK:
+		return 0
+	case r.ExpectOversell && c.Oversell:
+		return 1
+	case c.Liveness:
+		return 2
+	}
+	return 3
 }
 
 func compact(m map[string]float64) string {
@@ -213,17 +218,7 @@ svg text{font:11px system-ui,sans-serif}.small{color:#666;font-size:12px}details
 			fmt.Fprintf(&b, "<details><summary><b>%s</b>: <span class=%s>%s</span> (sku %s)</summary><ul>\n",
 				e(r.Label), r.Verdict(), r.Verdict(), e(r.SKU))
 			for _, c := range r.Checks {
-				mark := "ok"
-				if !c.OK {
-					switch {
-					case r.ExpectOversell && c.Oversell:
-						mark = "broken, as expected"
-					case c.Liveness:
-						mark = "short (buyers gave up)"
-					default:
-						mark = "FAIL"
-					}
-				}
+				mark := [...]string{"ok", "broken, as expected", "short (buyers gave up)", "FAIL"}[r.outcome(c)]
 				fmt.Fprintf(&b, "<li>%s: %s", e(mark), e(c.Name))
 				if !c.OK {
 					fmt.Fprintf(&b, " <span class=small>(%s)</span>", e(c.Detail))
