@@ -228,17 +228,25 @@ func (c *Client) unregister(l *lease) {
 	c.mu.Unlock()
 }
 
+// enter counts one more background run on wg, which Close waits for, unless
+// the Client is closed; it reports whether it did.
+func (c *Client) enter(wg *sync.WaitGroup) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	wg.Add(1)
+	return true
+}
+
 // tick renews every watchdog lease, and re-arms itself while any remain. It
 // runs on the timer's own goroutine, so between ticks, and once no lease
 // needs renewing, the watchdog holds no goroutine at all.
 func (c *Client) tick() {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.enter(&c.ticks) {
 		return
 	}
-	c.ticks.Add(1)
-	c.mu.Unlock()
 	defer c.ticks.Done()
 	c.renewAll()
 	c.mu.Lock()
@@ -261,13 +269,9 @@ func (c *Client) tick() {
 // started late), or the Client closes. Release is a compare-and-set on the
 // owner's count, so a repeat never touches another owner's hold.
 func (c *Client) retryRelease(m *Mutex, owner string, fence, count int64, dur, deadline time.Duration) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.enter(&c.wg) {
 		return
 	}
-	c.wg.Add(1)
-	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
 		wait := 50 * time.Millisecond
