@@ -188,14 +188,8 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	switch s.cfg.Strategy {
-	case StrategyNone:
-		d.Write = WritePlain
-		o, err = s.deduct(wctx, d)
-	case StrategyConditional:
-		d.Write = WriteConditional
-		o, err = s.deduct(wctx, d)
-	case StrategyForUpdate:
-		d.Write = WriteForUpdate
+	case StrategyNone, StrategyConditional, StrategyForUpdate:
+		d.Write = dbOnlyWrite[s.cfg.Strategy]
 		o, err = s.deduct(wctx, d)
 	case StrategyVersion:
 		d.Write = WriteVersioned
@@ -256,6 +250,14 @@ func orderResult(replayed bool, err error) string {
 		return "rejected"
 	}
 	return "error"
+}
+
+// dbOnlyWrite is the guarded write of each strategy that takes no lock and
+// needs no retry loop.
+var dbOnlyWrite = map[Strategy]Write{
+	StrategyNone:        WritePlain,
+	StrategyConditional: WriteConditional,
+	StrategyForUpdate:   WriteForUpdate,
 }
 
 func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
