@@ -90,6 +90,16 @@ func WithClientID(id string) Option {
 	return func(c *Client) { c.id = id }
 }
 
+// WithPrefix puts prefix in front of every lock name, so deployments that
+// share one Redis (or one Redis DB) keep apart their locks, fencing counters,
+// lines of waiters and channels: Mutex("x") is the hash "<prefix>x", and its
+// companion keys derive from that name as Redisson derives them from a name
+// mapped by its NameMapper. The default is no prefix, which keeps Redisson's
+// names; a Java service sharing the locks must map its names the same way.
+func WithPrefix(prefix string) Option {
+	return func(c *Client) { c.prefix = prefix }
+}
+
 // WithHooks sets the metric hooks.
 func WithHooks(h Hooks) Option {
 	return func(c *Client) { c.hooks = h }
@@ -101,6 +111,7 @@ func WithHooks(h Hooks) Option {
 type Client struct {
 	rdb      redis.UniversalClient
 	id       string
+	prefix   string
 	watchdog time.Duration
 	batch    int
 	hooks    Hooks
@@ -178,16 +189,22 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Mutex returns the lock called name. Mutex values are cheap; any number may
-// exist for one name, and they all name the same lock.
+// Mutex returns the lock called name (with the Client's prefix, if any, in
+// front). Mutex values are cheap; any number may exist for one name, and they
+// all name the same lock.
 func (c *Client) Mutex(name string) *Mutex {
+	name = c.prefix + name
 	m := &Mutex{
 		c:       c,
 		name:    name,
 		token:   prefixed("redisson_lock_token", name),
 		channel: prefixed("redisson_lock__channel", name),
-		queue:   prefixed("redisson_lock_queue", name),
-		timeout: prefixed("redisson_lock_timeout", name),
+		// The line of waiting clients has key names of its own: its entries
+		// and scores are not RedissonFairLock's ("redisson_lock_queue",
+		// "redisson_lock_timeout"), so the two lines never touch each
+		// other's keys on a name both use.
+		queue:   prefixed("golock_line", name),
+		timeout: prefixed("golock_line_deadline", name),
 		latch:   prefixed("redisson_unlock_latch", name) + ":",
 	}
 	m.acquireKeys = []string{m.name, m.token, m.queue, m.timeout}
@@ -269,6 +286,25 @@ func (c *Client) tick() {
 // started late), or the Client closes. Release is a compare-and-set on the
 // owner's count, so a repeat never touches another owner's hold.
 func (c *Client) retryRelease(m *Mutex, owner string, fence, count int64, dur, deadline time.Duration) {
+	c.retry(deadline+dur, func(ctx context.Context) error {
+		for count > 0 {
+			v, err := m.releaseCall(ctx, owner, fence, count, dur)
+			switch {
+			case err != nil:
+				return err
+			case v == 1:
+				count-- // one level released; the chain is lost, release them all
+			default:
+				return nil // released (2), or no longer ours (0, -1)
+			}
+		}
+		return nil
+	})
+}
+
+// retry runs f in the background, with a backoff from 50ms to 1s, until it
+// returns nil, c.now() passes until, or the Client closes. Close waits for it.
+func (c *Client) retry(until time.Duration, f func(ctx context.Context) error) {
 	if !c.enter(&c.wg) {
 		return
 	}
@@ -277,24 +313,19 @@ func (c *Client) retryRelease(m *Mutex, owner string, fence, count int64, dur, d
 		wait := 50 * time.Millisecond
 		t := time.NewTimer(wait)
 		defer t.Stop()
-		for count > 0 && c.now() < deadline+dur {
+		for c.now() < until {
 			select {
 			case <-c.closeCh:
 				return
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-			v, err := m.releaseCall(ctx, owner, fence, count, dur)
+			err := f(ctx)
 			cancel()
-			switch {
-			case err != nil:
-				wait = min(2*wait, time.Second)
-			case v == 1:
-				count-- // one level released; the chain is lost, release them all
-				wait = 0
-			default:
-				return // released (2), or no longer ours (0, -1)
+			if err == nil {
+				return
 			}
+			wait = min(2*wait, time.Second)
 			t.Reset(wait)
 		}
 	}()
@@ -358,6 +389,7 @@ func (c *Client) renewBatch(ls []*lease) {
 		// flight, its own reply decides (a release that landed before this
 		// renewal is not a loss); the lease deadline still bounds the hold.
 		if !l.op.TryLock() {
+			l.gone.Store(true)
 			continue
 		}
 		if l.lose() {

@@ -54,7 +54,7 @@ func TestFairBetweenClients(t *testing.T) {
 		t.Fatalf("requests served per client = %d, %d, %d; want within 30%% of each other", served[0].Load(), served[1].Load(), served[2].Load())
 	}
 	r := rdb(t)
-	for _, k := range []string{"redisson_lock_queue:{" + name + "}", "redisson_lock_timeout:{" + name + "}"} {
+	for _, k := range []string{"golock_line:{" + name + "}", "golock_line_deadline:{" + name + "}"} {
 		if n := must(r.Exists(ctx, k).Result()); n != 0 {
 			t.Fatalf("%s remains after every waiter left", k)
 		}
@@ -68,7 +68,7 @@ func TestDeadWaiterIsSkipped(t *testing.T) {
 	ctx := context.Background()
 	r := rdb(t)
 	name := lockName(t)
-	q, z := "redisson_lock_queue:{"+name+"}", "redisson_lock_timeout:{"+name+"}"
+	q, z := "golock_line:{"+name+"}", "golock_line_deadline:{"+name+"}"
 	nowMs := must(r.Time(ctx).Result()).UnixMilli()
 	r.RPush(ctx, q, "dead-client")
 	r.ZAdd(ctx, z, redisZ(float64(nowMs+800), "dead-client"))
@@ -99,7 +99,7 @@ func TestGivingUpLeavesTheLine(t *testing.T) {
 	if _, err := quitter.Mutex(name).TryLock(ctx, 100*time.Millisecond, 0); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("TryLock on a held lock = %v", err)
 	}
-	if n := must(r.LLen(ctx, "redisson_lock_queue:{"+name+"}").Result()); n != 0 {
+	if n := must(r.LLen(ctx, "golock_line:{"+name+"}").Result()); n != 0 {
 		t.Fatalf("queue length after the only waiter gave up = %d; want 0", n)
 	}
 	noErr(t, h.Unlock(ctx))
@@ -274,7 +274,7 @@ func TestFailedHandOffReleases(t *testing.T) {
 // waitLine polls the lock's line of clients in Redis until it is want.
 func waitLine(t *testing.T, r *redis.Client, name string, want ...string) {
 	t.Helper()
-	q := "redisson_lock_queue:{" + name + "}"
+	q := "golock_line:{" + name + "}"
 	var got []string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		got = must(r.LRange(context.Background(), q, 0, -1).Result())

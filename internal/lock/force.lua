@@ -1,8 +1,17 @@
--- Force unlock whoever holds it.
--- KEYS[1] lock hash, KEYS[2] unlock channel
--- Reply: 1 when a lock was deleted, 0 when none was held.
-if redis.call('del', KEYS[1]) == 1 then
-  redis.call('publish', KEYS[2], '0')
+-- Force unlock, as a compare-and-set on the owner the caller saw, so a resend
+-- never deletes a lock that a waiter took after the first send.
+-- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] latch of this call
+-- ARGV[1] owner field the caller read, ARGV[2] a token of this call (never
+-- reused), ARGV[3] latch lifetime in ms
+-- Reply: 1 when the lock was deleted (by this send or an earlier one of the
+-- same call), 0 when ARGV[1] no longer holds it.
+if redis.call('get', KEYS[3]) == ARGV[2] then
   return 1
 end
-return 0
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], '0')
+redis.call('set', KEYS[3], ARGV[2], 'px', ARGV[3])
+return 1

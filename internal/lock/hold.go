@@ -38,6 +38,10 @@ type lease struct {
 
 	state    atomic.Int32
 	deadline atomic.Int64 // Client.now() in ns after which the lease may have lapsed
+	// gone is set by a renewal that found the owner gone from Redis while a
+	// re-entry or Unlock of the chain was in flight; that call's own outcome
+	// then decides, and an outcome that is unknown counts as lost.
+	gone atomic.Bool
 
 	smu   sync.Mutex // guards timer and state transitions
 	timer *time.Timer
@@ -147,8 +151,12 @@ func (l *lease) reenter(ctx context.Context) (*Hold, error) {
 	switch {
 	case err != nil:
 		// The increment may have landed; undo it if it did (a compare-and-set
-		// against count+1 is a no-op when it did not).
-		l.undo(ctx, l.count+1)
+		// against count+1 is a no-op when it did not). An undo that finds the
+		// owner gone, or that cannot be sent after a renewal found it gone,
+		// means the lock was lost: say so now, not at the next renewal.
+		if v, uerr := l.undo(ctx, l.count+1); (uerr == nil && v == 0) || (uerr != nil && l.gone.Load()) {
+			l.lose()
+		}
 		return nil, acquireErr(ctx, l.name, err)
 	case v == 0:
 		l.lose()
@@ -161,11 +169,31 @@ func (l *lease) reenter(ctx context.Context) (*Hold, error) {
 	return &Hold{l: l}, nil
 }
 
-// undo releases one level whose acquisition had an unknown outcome.
-func (l *lease) undo(ctx context.Context, want int64) {
+// undo releases one level whose acquisition had an unknown outcome and
+// returns the release script's answer. When it cannot be sent, Redis may keep
+// one level more than the chain counts; Unlock then finds the count out of
+// step and releases the owner fully.
+func (l *lease) undo(ctx context.Context, want int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	l.m.releaseCall(ctx, l.owner, l.fence, want, l.dur)
+	return l.m.releaseCall(ctx, l.owner, l.fence, want, l.dur)
+}
+
+// drop deletes the lock if this chain's owner still holds it, whatever its
+// count (a compare-and-set on the owner), and wakes the waiters. It is the
+// way out when Redis holds a count the chain did not see; when Redis does not
+// answer, it goes on in the background while the lease could be alive.
+func (l *lease) drop(ctx context.Context) error {
+	call := l.owner + ":drop"
+	keys := []string{l.name, l.m.channel, l.m.latch + "force:" + call}
+	f := func(ctx context.Context) error {
+		return forceScript.Run(ctx, l.c.rdb, keys, l.owner, call, latchMsArg).Err()
+	}
+	err := f(ctx)
+	if err != nil {
+		l.c.retry(time.Duration(l.deadline.Load())+l.dur, f)
+	}
+	return err
 }
 
 // Hold is one acquisition of a lock: a fresh acquire or a re-entry. It is
@@ -252,8 +280,24 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		l.lose()
 		return ErrNotHeld
 	default:
-		l.lose()
-		return fmt.Errorf("lock: unlock %q: reentry count out of step", l.name)
+		// Redis holds more levels than the chain counts: a re-entry landed
+		// but its reply was lost and its undo could not be sent. Release the
+		// owner fully rather than leave the lock held for a lease. For the
+		// outermost hold that is just the release asked for.
+		outer := l.count == 1
+		if outer {
+			l.count = 0
+			l.release()
+		} else {
+			l.lose()
+		}
+		if err := l.drop(ctx); err != nil {
+			return fmt.Errorf("lock: unlock %q: %w", l.name, err)
+		}
+		if outer {
+			return nil
+		}
+		return fmt.Errorf("lock: unlock %q: reentry count out of step; the chain was released", l.name)
 	}
 }
 
@@ -300,7 +344,18 @@ func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) erro
 		c.retryRelease(m, owner, fence, 1, w.dur, sent+w.dur) // Close raced us: a no-op once closed
 		return nil
 	}
-	w.grant <- &Hold{l: nl}
+	hd := &Hold{l: nl}
+	c.mu.Lock()
+	abandoned := w.abandoned
+	if !abandoned {
+		w.grant <- hd // buffered: never blocks
+	}
+	c.mu.Unlock()
+	if abandoned {
+		// The waiter's context ended during the transfer: release the lock
+		// it would have got (which may hand it on to the next waiter).
+		_ = hd.Unlock(ctx) // on a Redis error the release goes on in the background
+	}
 	return nil
 }
 

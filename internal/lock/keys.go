@@ -2,23 +2,17 @@ package lock
 
 import "strings"
 
-// prefixed names a companion key of lock name the way Redisson does, so that
-// it shares the lock's hash slot: "prefix:{name}", or "prefix:name" when the
-// name already carries a hash tag.
+// prefixed names a companion key of lock name exactly as Redisson's
+// prefixName does: "prefix:{name}" when the name contains no '{' at all, and
+// "prefix:name" as soon as it contains one, whether or not that makes a valid
+// hash tag. So for "a{b" or "a{}b" the companion keys do not share the
+// lock's hash slot (on a cluster their scripts fail with CROSSSLOT, in Java
+// as in Go), but both sides agree on every channel and key name.
 func prefixed(prefix, name string) string {
-	if hasHashTag(name) {
+	if strings.IndexByte(name, '{') >= 0 {
 		return prefix + ":" + name
 	}
 	return prefix + ":{" + name + "}"
-}
-
-func hasHashTag(key string) bool {
-	s := strings.IndexByte(key, '{')
-	if s < 0 {
-		return false
-	}
-	e := strings.IndexByte(key[s+1:], '}')
-	return e > 0
 }
 
 // slot is the Redis Cluster hash slot of key (CRC16/XMODEM of its hash tag, mod 16384).

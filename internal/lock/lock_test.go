@@ -154,7 +154,39 @@ func TestHashTagNames(t *testing.T) {
 	}
 }
 
-// Point 1: mutual exclusion across goroutines and Clients; Redisson's
+// Redisson's prefixName wraps the name in braces only when it contains no
+// '{' at all, valid hash tag or not; the channel must be the one a Redisson
+// waiter subscribes to, or each side's waiters sleep out the other's lease.
+func TestNamesWithABraceButNoHashTag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := rdb(t)
+	id := uuid.NewString()[:8]
+	for _, name := range []string{"locktest:a{b" + id, "locktest:a{}b" + id, "locktest:{}" + id} {
+		channel := "redisson_lock__channel:" + name
+		sub := r.Subscribe(ctx, channel)
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h := must(newClient(t).Mutex(name).Lock(ctx))
+		if n := must(r.Exists(ctx, "redisson_lock_token:"+name).Result()); n != 1 {
+			t.Errorf("Lock(%q): no key redisson_lock_token:%s; want Redisson's name", name, name)
+		}
+		noErr(t, h.Unlock(ctx))
+		select {
+		case msg := <-sub.Channel():
+			if msg.Payload != "0" {
+				t.Errorf("Unlock(%q) published %q on %s; want \"0\"", name, msg.Payload, channel)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("Unlock(%q) published nothing on %s (Redisson's channel)", name, channel)
+		}
+		_ = sub.Close()
+		r.Del(ctx, "redisson_lock_token:"+name)
+	}
+}
+
+// mutual exclusion across goroutines and Clients; Redisson's
 // "many goroutines x several clients increment a counter" test.
 func TestMutualExclusion(t *testing.T) {
 	t.Parallel()
@@ -204,7 +236,7 @@ func TestMutualExclusion(t *testing.T) {
 	}
 }
 
-// Point 2, and Redisson's "TTL after a partial unlock is the full lease again".
+// Redisson's "TTL after a partial unlock is the full lease again".
 func TestReentry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -309,7 +341,7 @@ func TestUnlockByNonOwner(t *testing.T) {
 	}
 }
 
-// Point 4, and Redisson's "fixed-lease holder's Unlock after expiry fails".
+// Redisson's "fixed-lease holder's Unlock after expiry fails".
 func TestFixedLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -364,7 +396,7 @@ func isScript(cmd redis.Cmder, word string) bool {
 	return lock.ScriptKind(fmt.Sprint(cmd.Args()[1])) == word
 }
 
-// Point 5: the watchdog keeps a 1s lease alive for 10s, renewing every third;
+// the watchdog keeps a 1s lease alive for 10s, renewing every third;
 // after Unlock nothing renews it.
 func TestWatchdog(t *testing.T) {
 	t.Parallel()
@@ -404,7 +436,7 @@ func TestWatchdog(t *testing.T) {
 	}
 }
 
-// Point 5 and Redisson's "a watchdog holder of a closed Client disappears
+// Redisson's "a watchdog holder of a closed Client disappears
 // within the watchdog timeout".
 func TestCloseStopsRenewal(t *testing.T) {
 	t.Parallel()
@@ -432,7 +464,7 @@ func TestCloseStopsRenewal(t *testing.T) {
 	}
 }
 
-// Point 7: a deleted key cancels the hold ctx with ErrLockLost at the next renewal.
+// a deleted key cancels the hold ctx with ErrLockLost at the next renewal.
 func TestLostWhenKeyDeleted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -467,7 +499,7 @@ func TestLostWhenKeyDeleted(t *testing.T) {
 	}
 }
 
-// Point 7: Redis unreachable (its process paused) past the lease: the hold ctx
+// Redis unreachable (its process paused) past the lease: the hold ctx
 // is cancelled by the local deadline, no later than the last confirmed expiry.
 func TestLostWhenRedisUnreachable(t *testing.T) {
 	t.Parallel()
@@ -498,7 +530,7 @@ func TestLostWhenRedisUnreachable(t *testing.T) {
 	}
 }
 
-// Point 8: waiting is by pub/sub; one subscription per client; none left.
+// waiting is by pub/sub; one subscription per client; none left.
 func TestWaitByPubSub(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -546,7 +578,7 @@ func TestWaitByPubSub(t *testing.T) {
 	}
 }
 
-// Point 8: a lost message costs at most the holder's PTTL.
+// a lost message costs at most the holder's PTTL.
 func TestLostMessageCostsAtMostPTTL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -607,7 +639,7 @@ func (h resend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// Point 9: every script reaching Redis twice still counts once.
+// every script reaching Redis twice still counts once.
 func TestResentScriptsCountOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -673,7 +705,7 @@ func (lateReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// Point 10: an acquire that landed after the caller gave up is released.
+// an acquire that landed after the caller gave up is released.
 func TestCancelledAcquireLeavesNoHold(t *testing.T) {
 	t.Parallel()
 	plain := rdb(t)
@@ -713,7 +745,7 @@ func (h failBatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// Point 11: 250 holds renew in 3 calls per period; a failing batch loses only its holds.
+// 250 holds renew in 3 calls per period; a failing batch loses only its holds.
 func TestRenewalBatching(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -764,7 +796,7 @@ func TestRenewalBatching(t *testing.T) {
 	}
 }
 
-// Point 6: a crashed holder blocks others for at most one watchdog timeout.
+// a crashed holder blocks others for at most one watchdog timeout.
 // (The holder runs in a child process, killed with SIGKILL: see process_test.go.)
 
 // Goroutine hygiene: nothing of ours remains after Unlock and after Close.
@@ -838,7 +870,7 @@ func TestStateAndForceUnlock(t *testing.T) {
 	}
 }
 
-// Point 8: waiters of one client are served in arrival order.
+// waiters of one client are served in arrival order.
 func TestLocalFIFO(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

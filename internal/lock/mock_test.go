@@ -31,7 +31,7 @@ func mockClient(t *testing.T) (*Client, redismock.ClientMock) {
 
 func expectAcquire(mock redismock.ClientMock, owner string, inLine int64) *redismock.ExpectedCmd {
 	return mock.ExpectEvalSha(acquireScript.Hash(), []string{mockName, "redisson_lock_token:stock:{SKU-1}",
-		"redisson_lock_queue:stock:{SKU-1}", "redisson_lock_timeout:stock:{SKU-1}"}, int64(30000), owner, inLine)
+		"golock_line:stock:{SKU-1}", "golock_line_deadline:stock:{SKU-1}"}, int64(30000), owner, inLine)
 }
 
 // expectRelease expects the release of owner's chain with fencing token

@@ -63,12 +63,32 @@ func (m *Mutex) State(ctx context.Context) (locked bool, ttl time.Duration, err 
 // ForceUnlock deletes the lock whoever holds it and wakes its waiters. It
 // reports whether a lock was held. The holder's context is cancelled with
 // ErrLockLost at its next renewal (or its deadline, for a fixed lease).
+//
+// It reads the owner, then deletes the lock only if that owner still holds
+// it (a compare-and-set), so a resend of the delete after a lost reply can
+// never remove a lock that a waiter took meanwhile. If the owner changed
+// between the read and the delete, it reads again, a few times at most. It
+// returns a wrapped Redis error on failure.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	n, err := forceScript.Run(ctx, m.c.rdb, []string{m.name, m.channel}).Int64()
-	if err != nil {
-		return false, fmt.Errorf("lock: force unlock %q: %w", m.name, err)
+	call := m.c.nextOwner() // unique per call: names the latch of a resend
+	latch := m.latch + "force:" + call
+	for range 4 {
+		owners, err := m.c.rdb.HKeys(ctx, m.name).Result()
+		if err != nil {
+			return false, fmt.Errorf("lock: force unlock %q: %w", m.name, err)
+		}
+		if len(owners) == 0 {
+			return false, nil
+		}
+		n, err := forceScript.Run(ctx, m.c.rdb, []string{m.name, m.channel, latch}, owners[0], call, latchMsArg).Int64()
+		if err != nil {
+			return false, fmt.Errorf("lock: force unlock %q: %w", m.name, err)
+		}
+		if n == 1 {
+			return true, nil
+		}
 	}
-	return n == 1, nil
+	return false, fmt.Errorf("lock: force unlock %q: the owner kept changing", m.name)
 }
 
 func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hold, error) {
@@ -257,11 +277,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 		}
 	}
 	if err != nil {
-		if !neverSent(err) {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-			m.releaseCall(uctx, owner, 0, 1, dur)
-			cancel()
-		}
+		m.undoAcquire(ctx, owner, dur, sent, err)
 		return nil, busy{}, acquireErr(ctx, m.name, err)
 	}
 	l := newLease(m, ctx, owner, fence, dur, watchdog, sent)
@@ -275,9 +291,29 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 	return &Hold{l: l}, busy{}, nil
 }
 
-// neverSent reports an error that proves the command never reached Redis
-// (no connection could be made), so there is nothing to undo.
-func neverSent(err error) bool {
+// undoAcquire releases owner after an acquire whose outcome is unknown.
+// go-redis reports the error of its last try only: a first send may have run
+// in Redis and lost its reply, and a resend then failed to dial. So whatever
+// the error, the acquire may have landed, and it is undone (a compare-and-set
+// on an owner minted for this one call: a no-op when it never landed). The
+// undo runs at once, unless the last try could not even dial (Redis is
+// unreachable now: waiting a second for the same answer helps no one), and
+// then in the background until it is answered or the lease it could have
+// set has lapsed anyway.
+func (m *Mutex) undoAcquire(ctx context.Context, owner string, dur, sent time.Duration, err error) {
+	if !dialFailed(err) {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+		_, uerr := m.releaseCall(uctx, owner, 0, 1, dur)
+		cancel()
+		if uerr == nil {
+			return
+		}
+	}
+	m.c.retryRelease(m, owner, 0, 1, dur, sent+dur)
+}
+
+// dialFailed reports an error from a try that could not connect to Redis.
+func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
@@ -358,6 +394,9 @@ type waiter struct {
 	grant    chan *Hold
 	claimed  bool // guarded by Client.mu
 	received bool // the waiter took what grant sent
+	// abandoned: the waiter left (its context ended) while an Unlock was
+	// handing it the lock; that Unlock releases what it would have sent.
+	abandoned bool
 }
 
 // maxLocalTurns bounds the consecutive local hand-offs of one Client, after
@@ -388,14 +427,22 @@ func (c *Client) enqueue(m *Mutex, ctx context.Context, dur time.Duration, watch
 func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
 	c.mu.Lock()
 	if w.claimed && !w.received {
-		// An Unlock is handing us the lock as we leave: take it, and let it go.
-		c.mu.Unlock()
-		if hd := <-w.grant; hd != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-			_ = hd.Unlock(ctx)
-			cancel()
+		// An Unlock is handing us the lock as we leave. If it has sent it
+		// already, let it go; if not, do not wait for it (Lock returns within
+		// its context): the Unlock releases what it would have sent.
+		select {
+		case hd := <-w.grant:
+			w.received = true
+			if hd != nil {
+				c.mu.Unlock()
+				ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
+				_ = hd.Unlock(ctx)
+				cancel()
+				c.mu.Lock()
+			}
+		default:
+			w.abandoned = true
 		}
-		c.mu.Lock()
 	}
 	for i, x := range q.waiters {
 		if x == w {

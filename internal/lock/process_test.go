@@ -135,7 +135,7 @@ func TestMutualExclusionAcrossProcesses(t *testing.T) {
 	}
 }
 
-// Point 6: a holder killed without Unlock blocks others for at most one watchdog timeout.
+// a holder killed without Unlock blocks others for at most one watchdog timeout.
 func TestCrashedHolder(t *testing.T) {
 	t.Parallel()
 	name := lockName(t)
@@ -153,7 +153,7 @@ func TestCrashedHolder(t *testing.T) {
 	}
 }
 
-// Point 7: a holder paused (SIGSTOP) past its lease: another process
+// a holder paused (SIGSTOP) past its lease: another process
 // acquires; on resume the holder's ctx is cancelled with ErrLockLost before
 // its next step, and its Unlock returns ErrNotHeld without touching the new
 // holder.

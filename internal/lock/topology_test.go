@@ -13,7 +13,7 @@ import (
 	"github.com/seckill/stock/internal/testserver"
 )
 
-// Point 12: a *redis.ClusterClient: exclusion, re-entry, pub/sub wake-ups
+// a *redis.ClusterClient: exclusion, re-entry, pub/sub wake-ups
 // across nodes, and renewals batched per hash slot.
 func TestClusterClient(t *testing.T) {
 	t.Parallel()
@@ -90,7 +90,7 @@ func TestClusterClient(t *testing.T) {
 	}
 }
 
-// Point 12: a Sentinel failover client keeps working across a failover.
+// a Sentinel failover client keeps working across a failover.
 func TestSentinelFailoverClient(t *testing.T) {
 	t.Parallel()
 	s := testserver.StartSentinel(t)
