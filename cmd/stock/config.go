@@ -30,6 +30,8 @@ type config struct {
 	LogJSON       bool
 	MaxQuantity   int
 	BatchMax      int
+	QueueMax      int
+	RedisPrefix   string
 	MaxBody       int64
 	ShutdownAfter time.Duration
 	// HTTP server timeouts: a slow or stalled client cannot hold a connection longer.
@@ -61,6 +63,8 @@ func parseConfig(getenv func(string) string) (config, error) {
 		LockWatchdog:  p.duration("STOCK_LOCK_WATCHDOG", 30*time.Second, 30*time.Millisecond),
 		MaxQuantity:   p.integer("STOCK_MAX_QUANTITY", 100, 1, 1_000_000),
 		BatchMax:      p.integer("STOCK_BATCH_MAX", 64, 1, 1000),
+		QueueMax:      p.integer("STOCK_QUEUE_MAX", service.DefaultQueueMax, 1, 1_000_000),
+		RedisPrefix:   p.str("STOCK_REDIS_PREFIX", ""),
 		MaxBody:       int64(p.integer("STOCK_MAX_BODY", 4096, 64, 1<<20)),
 		ShutdownAfter: p.duration("STOCK_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second),
 		CriticalDelay: p.duration("STOCK_TEST_CRITICAL_DELAY", 0, 0),

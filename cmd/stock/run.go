@@ -110,7 +110,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		PoolSize:      64,
 	})
 	defer rdb.Close()
-	locks := lock.New(rdb, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithHooks(lock.Hooks{
+	locks := lock.New(rdb, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
 		Renewed: m.Renewed,
 		Lost:    func(string) { m.Lock("lost", 0) },
 	}))
@@ -126,6 +126,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		RejectOnRedisDown: cfg.RejectOnRedis,
 		MaxQuantity:       cfg.MaxQuantity,
 		BatchMax:          cfg.BatchMax,
+		QueueMax:          cfg.QueueMax,
 	}
 	if d := cfg.CriticalDelay; d > 0 {
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)

@@ -57,6 +57,7 @@ var problems = []kind{
 	{service.ErrOrderNotFound, http.StatusNotFound, "order-not-found", "No such order", false, false},
 	{service.ErrSoldOut, http.StatusConflict, "sold-out", "Sold out", false, false},
 	{service.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with a different request", false, false},
+	{service.ErrInProgress, http.StatusConflict, "request-in-progress", "A request with this Idempotency-Key is in progress; retry with the same key", true, false},
 	{service.ErrBusy, http.StatusTooManyRequests, "busy", "Too busy, retry later", true, false},
 	{service.ErrLockLost, http.StatusServiceUnavailable, "lock-lost", "The stock lock was lost; the order was not placed, retry with the same key", true, false},
 	{service.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "A dependency is unavailable, retry later", true, false},

@@ -56,7 +56,7 @@ func (s *Store) Precheck(ctx context.Context, sku, key string) (service.Stock, *
 
 // SetStock creates sku with available units, or sets its available count,
 // and records the change as a restock entry in the ledger, in one
-// transaction. It returns the new row, or an error wrapping
+// transaction. Setting the current value writes nothing. It returns the new row, or an error wrapping
 // service.ErrUnavailable.
 func (s *Store) SetStock(ctx context.Context, sku string, available int64) (service.Stock, error) {
 	var out service.Stock
@@ -76,6 +76,11 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) (serv
 			}
 		} else {
 			cur := rows[0]
+			if cur.Available == available {
+				// Nothing changes: no version bump, no zero-delta ledger row.
+				out = service.Stock{SKU: sku, Available: cur.Available, Sold: cur.Sold, Version: cur.Version}
+				return nil
+			}
 			delta = available - cur.Available
 			out = service.Stock{SKU: sku, Available: available, Sold: cur.Sold, Version: cur.Version + 1}
 			if err := tx.Exec("UPDATE stock SET available = ?, stocked = stocked + ?, version = version + 1, updated_at = ? WHERE sku = ?",

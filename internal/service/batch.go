@@ -11,40 +11,28 @@ import (
 )
 
 // Request combining for lock+version. Orders of one SKU that arrive at an
-// instance while the SKU is being served wait in line here; the next leader
-// takes up to BatchMax of them, takes the Redis lock once and places them all
-// in one transaction with one versioned UPDATE. The lock hand-off, the read,
-// the UPDATE and the COMMIT are then paid once per batch rather than once per
-// order, which is what bounds a hot SKU's throughput under a lock. Each order
-// still gets its own answer: placed, sold out (the batch is filled in arrival
-// order), or a replay of its key.
+// instance while the SKU is being served wait in its line (line.go); the next
+// leader takes up to BatchMax of them, takes the Redis lock once and places
+// them all in one transaction with one versioned UPDATE. The lock hand-off,
+// the read, the UPDATE and the COMMIT are then paid once per batch rather
+// than once per order, which is what bounds a hot SKU's throughput under a
+// lock. Each order still gets its own answer: placed, sold out (the batch is
+// filled in arrival order), or a replay of its key.
 
-// combiner is the per-SKU line of orders waiting for a leader.
-type combiner struct {
-	mu      sync.Mutex
-	pending map[string][]*call
-	active  map[string]bool // a leader is serving the SKU
-}
-
-type call struct {
-	ctx  context.Context // the request's, for nothing but the single-order path's lock wait
-	wctx context.Context // the write context, detached from the request
-	d    Deduction
-	done chan struct{}
-	o    Order
-	err  error
+// errLineFull is the answer past the per-SKU line cap.
+func errLineFull(max int) error {
+	return fmt.Errorf("%w: more than %d orders of this SKU are waiting at this instance", ErrBusy, max)
 }
 
 // combined places d through the SKU's line of orders and returns its own
 // outcome. A request whose client gives up while it is still in line (not
 // yet in a batch) leaves the line.
-func (s *Service) combined(ctx, wctx context.Context, d Deduction) (Order, error) {
-	c := &call{ctx: ctx, wctx: wctx, d: d, done: make(chan struct{})}
-	s.comb.mu.Lock()
-	s.comb.pending[d.SKU] = append(s.comb.pending[d.SKU], c)
-	lead := !s.comb.active[d.SKU]
-	s.comb.active[d.SKU] = true
-	s.comb.mu.Unlock()
+func (s *Service) combined(ctx context.Context, d Deduction) (Order, error) {
+	c := &call{ctx: ctx, d: d, done: make(chan struct{})}
+	ok, lead := s.lines.join(d.SKU, c, s.cfg.QueueMax)
+	if !ok {
+		return Order{}, errLineFull(s.cfg.QueueMax)
+	}
 	if lead {
 		s.lead(d.SKU)
 	}
@@ -53,47 +41,33 @@ func (s *Service) combined(ctx, wctx context.Context, d Deduction) (Order, error
 		return c.o, c.err
 	case <-ctx.Done():
 	}
-	s.comb.mu.Lock()
-	q := s.comb.pending[d.SKU]
-	for i, x := range q {
-		if x == c { // not taken into a batch yet: nothing was written
-			s.comb.pending[d.SKU] = append(q[:i:i], q[i+1:]...)
-			s.comb.mu.Unlock()
-			return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-		}
+	if s.lines.leave(d.SKU, c) { // not taken into a batch yet: nothing was written
+		return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
-	s.comb.mu.Unlock()
 	<-c.done // in a batch already: its outcome is the answer
 	return c.o, c.err
 }
 
 // lead serves one batch of the SKU's line, then hands the line to a new
-// leader goroutine if more orders arrived meanwhile (so no request waits for
-// batches after its own). The last leader to find the line empty ends.
+// leader goroutine (so no request waits for batches after its own). The
+// leader that finds the line empty ends the SKU's turn.
 func (s *Service) lead(sku string) {
-	s.comb.mu.Lock()
-	q := s.comb.pending[sku]
-	n := min(len(q), s.cfg.BatchMax)
-	batch := q[:n:n]
-	s.comb.pending[sku] = q[n:]
-	s.comb.mu.Unlock()
-
-	s.runBatch(sku, batch)
-
-	s.comb.mu.Lock()
-	defer s.comb.mu.Unlock()
-	if len(s.comb.pending[sku]) > 0 {
-		go s.lead(sku)
+	batch := s.lines.take(sku, s.cfg.BatchMax)
+	if batch == nil {
 		return
 	}
-	delete(s.comb.pending, sku)
-	delete(s.comb.active, sku)
+	s.runBatch(sku, batch)
+	go s.lead(sku)
 }
 
 // alone places d as a batch of its own (request combining off).
-func (s *Service) alone(ctx, wctx context.Context, d Deduction) (Order, error) {
-	c := &call{ctx: ctx, wctx: wctx, d: d, done: make(chan struct{})}
+func (s *Service) alone(ctx context.Context, d Deduction) (Order, error) {
+	if !s.lines.enter(d.SKU, s.cfg.QueueMax) {
+		return Order{}, errLineFull(s.cfg.QueueMax)
+	}
+	c := &call{ctx: ctx, d: d, done: make(chan struct{})}
 	s.runBatch(d.SKU, []*call{c})
+	s.lines.exit(d.SKU)
 	return c.o, c.err
 }
 
@@ -120,7 +94,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 	}
 	if s.skipLock() {
-		each(func(c *call) (Order, error) { return s.withoutRedis(c.wctx, c.d, nil) })
+		each(func(c *call) (Order, error) { return s.withoutRedis(c.ctx, c.d, nil) })
 		return
 	}
 
@@ -134,7 +108,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	var down redisDown
 	switch {
 	case errors.As(err, &down):
-		each(func(c *call) (Order, error) { return s.withoutRedis(c.wctx, c.d, down.err) })
+		each(func(c *call) (Order, error) { return s.withoutRedis(c.ctx, c.d, down.err) })
 		return
 	case err != nil:
 		fail(err)
@@ -157,7 +131,8 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	// The write's bound starts now, after the wait in line and for the lock.
+	wctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		orders, errs, err := s.store.DeductBatch(wctx, b)

@@ -84,10 +84,20 @@ type Config struct {
 	// BatchMax is the most orders of one SKU that lock+version places in one
 	// transaction under one lock (request combining); <= 1 turns it off.
 	BatchMax int
+	// QueueMax caps the orders of one SKU waiting at this instance (in its
+	// line for a batch, or for the SKU lock); past it an order is answered
+	// ErrBusy at once, touching neither Redis nor MySQL (default 2000).
+	QueueMax int
+	// WriteTimeout bounds an order's database work, from when the write
+	// starts (after any wait in line or for the lock); default 10s.
+	WriteTimeout time.Duration
 	// CriticalSectionHook, if set, runs inside the transaction just before
 	// COMMIT. Tests and fault runs use it to land a pause in the critical section.
 	CriticalSectionHook func()
 }
+
+// DefaultQueueMax is Config.QueueMax's default.
+const DefaultQueueMax = 2000
 
 // Service places orders. It is safe for concurrent use.
 type Service struct {
@@ -97,14 +107,12 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics.Metrics
 
-	comb combiner
+	lines   *lines
+	flights flights
 
 	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
 	redisDown      atomic.Bool  // for logging once per outage
 }
-
-// writeTimeout bounds an order's database work once it has started.
-const writeTimeout = 10 * time.Second
 
 // redisBackoff is how long the lock is skipped after Redis failed to answer.
 const redisBackoff = time.Second
@@ -120,11 +128,17 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 			cfg.VersionRetries = 20
 		}
 	}
+	if cfg.QueueMax <= 0 {
+		cfg.QueueMax = DefaultQueueMax
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m,
-		comb: combiner{pending: make(map[string][]*call), active: make(map[string]bool)}}
+		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
 }
 
 // Strategy returns the configured strategy.
@@ -166,6 +180,14 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	hash := r.Hash()
+	// One attempt per key at a time in this instance: a retry whose first
+	// attempt is still in line waits for it, so it is never told "sold out"
+	// while that attempt can still be placed (by a restock, say).
+	done, err := s.flights.begin(ctx, r.Key)
+	if err != nil {
+		return Order{}, false, err
+	}
+	defer done()
 	// The stock row and the key's order, in one statement (one snapshot): an
 	// order of this key committed before the read is always seen, so a retry
 	// whose first attempt took the last unit gets its order back, not a 409.
@@ -182,34 +204,32 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	}
 
 	d := Deduction{Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
-	// Once a write starts it finishes, even if the client hangs up: a
-	// half-done order helps no one, and the client's retry with the same key
-	// then gets the committed order back.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
 	switch s.cfg.Strategy {
 	case StrategyNone, StrategyConditional, StrategyForUpdate:
 		d.Write = dbOnlyWrite[s.cfg.Strategy]
-		o, err = s.deduct(wctx, d)
+		o, err = s.deductNow(ctx, d)
 	case StrategyVersion:
 		d.Write = WriteVersioned
-		o, err = s.versioned(wctx, d)
+		o, err = s.versioned(ctx, d)
 	case StrategyLockVersion:
 		if s.cfg.BatchMax > 1 {
-			o, err = s.combined(ctx, wctx, d)
+			o, err = s.combined(ctx, d)
 			break
 		}
-		o, err = s.alone(ctx, wctx, d)
+		o, err = s.alone(ctx, d)
 	case StrategyLock:
-		o, err = s.underLock(ctx, wctx, d)
+		o, err = s.underLock(ctx, d)
 	default:
 		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
 	}
 	if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) {
 		// A concurrent request with the same key won the insert, or (sold
 		// out) an earlier attempt of this key may have taken the last unit
-		// and committed while this one waited.
-		existing, ferr := s.store.OrderByKey(wctx, r.Key)
+		// and committed while this one waited. The lookup has a bound of its
+		// own: the write's may have run out while this request waited in line.
+		lctx, cancel := s.writeCtx(ctx)
+		defer cancel()
+		existing, ferr := s.store.OrderByKey(lctx, r.Key)
 		switch {
 		case ferr == nil:
 			return replay(existing, hash)
@@ -227,6 +247,20 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	return o, false, nil
 }
 
+// writeCtx bounds a write that starts now. Once a write starts it finishes,
+// even if the client hangs up: a half-done order helps no one, and the
+// client's retry with the same key then gets the committed order back.
+func (s *Service) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+}
+
+// deductNow runs one transaction, bounded from now.
+func (s *Service) deductNow(ctx context.Context, d Deduction) (Order, error) {
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	return s.deduct(wctx, d)
+}
+
 func replay(o Order, hash string) (Order, bool, error) {
 	if o.RequestHash != hash {
 		return Order{}, false, ErrKeyReused
@@ -242,7 +276,7 @@ func orderResult(replayed bool, err error) string {
 		return "created"
 	case errors.Is(err, ErrSoldOut):
 		return "sold_out"
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrInProgress):
 		return "busy"
 	case errors.Is(err, ErrLockLost):
 		return "lock_lost"
@@ -278,6 +312,8 @@ func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
 // transaction: under REPEATABLE READ a retry in the same one would re-read
 // its old snapshot and could never succeed.
 func (s *Service) versioned(ctx context.Context, d Deduction) (Order, error) {
+	ctx, cancel := s.writeCtx(ctx)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		o, err := s.deduct(ctx, d)
 		if !errors.Is(err, ErrConflict) {
@@ -304,15 +340,19 @@ func (s *Service) versioned(ctx context.Context, d Deduction) (Order, error) {
 // version: lock, then read, check and write plain values, trusting the lock
 // (the fault runs show the cost). While Redis is down it takes the DB-only
 // path.
-func (s *Service) underLock(ctx, wctx context.Context, d Deduction) (Order, error) {
+func (s *Service) underLock(ctx context.Context, d Deduction) (Order, error) {
 	if s.skipLock() {
-		return s.withoutRedis(wctx, d, nil)
+		return s.withoutRedis(ctx, d, nil)
+	}
+	if !s.lines.enter(d.SKU, s.cfg.QueueMax) {
+		return Order{}, errLineFull(s.cfg.QueueMax)
 	}
 	h, err := s.takeLock(ctx, d.SKU)
+	s.lines.exit(d.SKU)
 	var down redisDown
 	switch {
 	case errors.As(err, &down):
-		return s.withoutRedis(wctx, d, down.err)
+		return s.withoutRedis(ctx, d, down.err)
 	case err != nil:
 		return Order{}, err
 	}
@@ -320,7 +360,7 @@ func (s *Service) underLock(ctx, wctx context.Context, d Deduction) (Order, erro
 	fence := h.Fence()
 	d.Fence = &fence
 	d.Write = WritePlain
-	return s.deduct(wctx, d)
+	return s.deductNow(ctx, d)
 }
 
 // withoutRedis handles an order while Redis is unreachable: the conditional
@@ -334,7 +374,7 @@ func (s *Service) withoutRedis(ctx context.Context, d Deduction, cause error) (O
 	}
 	s.metrics.DBOnlyOrder()
 	d.Write = WriteConditional
-	return s.deduct(ctx, d)
+	return s.deductNow(ctx, d)
 }
 
 func (s *Service) skipLock() bool {
@@ -375,7 +415,12 @@ func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
 // MaxStock bounds the available count of the admin API.
 const MaxStock = 1_000_000_000
 
-// SetStock creates a SKU or sets its available count. Errors: ErrInvalid, ErrUnavailable.
+// SetStock creates a SKU or sets its available count. Under the strategies
+// that lock, it takes the SKU lock like any writer of the row, so a restock
+// never moves the version under a batch (a backstop conflict then means the
+// lock really was violated); while Redis is unreachable it writes without
+// it. Setting the current value changes nothing. Errors: ErrInvalid, ErrBusy
+// (the lock was not had within LockWait), ErrUnavailable.
 func (s *Service) SetStock(ctx context.Context, sku string, available int64) (Stock, error) {
 	if !ValidKey(sku) {
 		return Stock{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
@@ -383,7 +428,25 @@ func (s *Service) SetStock(ctx context.Context, sku string, available int64) (St
 	if available < 0 || available > MaxStock {
 		return Stock{}, fmt.Errorf("%w: available must be an integer from 0 to %d", ErrInvalid, MaxStock)
 	}
-	return s.store.SetStock(ctx, sku, available)
+	if s.usesLock() && !s.skipLock() {
+		h, err := s.takeLock(ctx, sku)
+		var down redisDown
+		switch {
+		case errors.As(err, &down):
+			s.redisFailed(down.err)
+		case err != nil:
+			return Stock{}, err
+		default:
+			defer s.releaseLock(h)
+		}
+	}
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	return s.store.SetStock(wctx, sku, available)
+}
+
+func (s *Service) usesLock() bool {
+	return s.cfg.Strategy == StrategyLock || s.cfg.Strategy == StrategyLockVersion
 }
 
 // Audit reconciles a SKU. Errors: ErrInvalid, ErrUnknownSKU, ErrUnavailable.

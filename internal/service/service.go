@@ -24,6 +24,9 @@ var (
 	ErrSoldOut = errors.New("service: sold out")
 	// ErrKeyReused: the idempotency key already placed an order with another body.
 	ErrKeyReused = errors.New("service: idempotency key reused with a different request")
+	// ErrInProgress: another request with the same idempotency key is still
+	// being served at this instance; retry with the same key.
+	ErrInProgress = errors.New("service: a request with this idempotency key is in progress")
 	// ErrBusy: the SKU lock, or a conflict-free write, could not be had in time.
 	ErrBusy = errors.New("service: busy, retry later")
 	// ErrUnavailable: Redis (in reject mode) or MySQL is unreachable.
