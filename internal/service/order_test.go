@@ -82,7 +82,7 @@ func newEnv(t *testing.T, cfg service.Config) *env {
 // holdSKU takes the SKU's lock as another instance would.
 func (e *env) holdSKU(t *testing.T) *lock.Hold {
 	t.Helper()
-	h, err := e.other.Mutex("stock:{"+e.sku+"}").Lock(context.Background())
+	h, err := e.other.Mutex("stock:{" + e.sku + "}").Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
