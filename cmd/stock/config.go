@@ -41,6 +41,19 @@ type config struct {
 	IdleTimeout       time.Duration
 	// PprofAddr, if set, serves net/http/pprof on its own listener (keep it private).
 	PprofAddr string
+	// MetricsAddr, if set, serves /metrics on its own listener; MetricsPublic
+	// also serves it on the public one.
+	MetricsAddr   string
+	MetricsPublic bool
+	// MaxInflight caps the requests served at once per instance (0: no cap).
+	MaxInflight int
+	// Rate limit per client IP, shared by all instances through Redis
+	// (RateIP requests per second, 0: off), and what to do when Redis
+	// cannot be asked (RateFailOpen).
+	RateIP         int
+	RateIPBurst    int
+	RateFailOpen   bool
+	TrustedProxies []string
 	// CriticalDelay pauses inside the critical section, before COMMIT. For
 	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
 	CriticalDelay time.Duration
@@ -74,6 +87,28 @@ func parseConfig(getenv func(string) string) (config, error) {
 		WriteTimeout:      p.duration("STOCK_HTTP_WRITE_TIMEOUT", 15*time.Second, time.Millisecond),
 		IdleTimeout:       p.duration("STOCK_HTTP_IDLE_TIMEOUT", 60*time.Second, time.Millisecond),
 		PprofAddr:         p.str("STOCK_PPROF_ADDR", ""),
+		MetricsAddr:       p.str("STOCK_METRICS_ADDR", ""),
+		MetricsPublic:     p.boolean("STOCK_METRICS_PUBLIC", false),
+		MaxInflight:       p.integer("STOCK_MAX_INFLIGHT", 5000, 0, 1_000_000),
+		RateIP:            p.integer("STOCK_RATE_IP", 0, 0, 1_000_000),
+		RateIPBurst:       p.integer("STOCK_RATE_IP_BURST", 0, 0, 1_000_000),
+	}
+	if c.RateIPBurst == 0 {
+		c.RateIPBurst = c.RateIP
+	}
+	switch v := p.str("STOCK_RATE_ON_REDIS_DOWN", "open"); v {
+	case "open":
+		c.RateFailOpen = true
+	case "closed":
+	default:
+		p.fail("STOCK_RATE_ON_REDIS_DOWN", fmt.Sprintf("%q; want open or closed", v))
+	}
+	if v := p.str("STOCK_TRUSTED_PROXIES", ""); v != "" {
+		for _, x := range strings.Split(v, ",") {
+			if x = strings.TrimSpace(x); x != "" {
+				c.TrustedProxies = append(c.TrustedProxies, x)
+			}
+		}
 	}
 	if c.LockWatchdog == 0 {
 		p.fail("STOCK_LOCK_WATCHDOG", "must be a duration of at least 30ms")

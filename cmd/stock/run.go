@@ -10,10 +10,15 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os/signal"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/gin-gonic/gin"
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/stock/internal/handler"
@@ -22,6 +27,9 @@ import (
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 )
+
+// maxHeaderBytes is the limit on a request's headers, all included.
+const maxHeaderBytes = 16 << 10
 
 const usage = `usage: stock [serve|migrate]
 
@@ -34,6 +42,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cmd := "serve"
 	if len(args) > 1 {
 		cmd = args[1]
+	}
+	// Help and usage never depend on the environment.
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	case "serve", "migrate":
+	default:
+		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}
 	if len(args) > 2 {
 		return fmt.Errorf("unexpected arguments %q\n%s", args[2:], usage)
@@ -49,25 +66,54 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	} else {
 		log = slog.New(slog.NewTextHandler(stderr, opts))
 	}
-	switch cmd {
-	case "serve":
-		return serve(ctx, cfg, log, stdout)
-	case "migrate":
+	// go-redis logs through a package-level logger (its only hook): route its
+	// lines into this process's structured log.
+	redisLog.Store(log)
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{}) })
+	if cmd == "migrate" {
 		return migrate(ctx, cfg, stdout)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
-		return nil
 	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	return serve(ctx, cfg, log, stdout)
+}
+
+// redisLogger writes go-redis's log lines as structured records of the
+// logger of the last run (go-redis has one logger per process).
+type redisLogger struct{}
+
+var (
+	redisLog     atomic.Pointer[slog.Logger]
+	redisLogOnce sync.Once
+)
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	redisLog.Load().WarnContext(ctx, "redis client", "msg", fmt.Sprintf(format, v...))
+}
+
+// mysqlStartErr says what to do about a MySQL error at start-up.
+func mysqlStartErr(dsn string, err error) error {
+	addr, db := "", ""
+	if c, perr := mysql.ParseDSN(dsn); perr == nil {
+		addr, db = c.Addr, c.DBName
+	}
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1049:
+		return fmt.Errorf("MySQL at %s has no database %q (STOCK_MYSQL_DSN): run `stock migrate` (or `make run`) to create it", addr, db)
+	case errors.As(err, &me) && (me.Number == 1045 || me.Number == 1044):
+		return fmt.Errorf("MySQL at %s refused the credentials of STOCK_MYSQL_DSN: %s", addr, me.Message)
+	case errors.Is(err, service.ErrUnavailable):
+		return fmt.Errorf("cannot reach MySQL at %s (STOCK_MYSQL_DSN); is it running? (%w)", addr, err)
+	}
+	return fmt.Errorf("MySQL at %s (STOCK_MYSQL_DSN): %w", addr, err)
 }
 
 func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
 	if err := repo.EnsureDatabase(ctx, cfg.MySQLDSN); err != nil {
-		return err
+		return mysqlStartErr(cfg.MySQLDSN, err)
 	}
 	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: 2})
 	if err != nil {
-		return err
+		return mysqlStartErr(cfg.MySQLDSN, err)
 	}
 	defer store.Close()
 	v, err := store.Migrate(ctx)
@@ -84,7 +130,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 
 	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns})
 	if err != nil {
-		return err
+		return mysqlStartErr(cfg.MySQLDSN, err)
 	}
 	defer store.Close()
 	if err := store.CheckSchema(ctx); err != nil {
@@ -135,14 +181,26 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	svc := service.New(svcCfg, store, service.RedisLocker{Client: locks}, log, m)
 
 	usesLock := cfg.Strategy == service.StrategyLock || cfg.Strategy == service.StrategyLockVersion
-	h := handler.New(handler.Config{
+	hcfg := handler.Config{
 		AdminToken: cfg.AdminToken,
 		MaxBody:    cfg.MaxBody,
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: store.Ping},
 			{Name: "redis", Required: usesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
-	}, svc, log, m, reg)
+		MaxInflight:    int64(cfg.MaxInflight),
+		TrustedProxies: cfg.TrustedProxies,
+		ServeMetrics:   cfg.MetricsPublic,
+	}
+	if cfg.RateIP > 0 {
+		hcfg.Limiter = newIPLimiter(rdb, cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
+		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen])
+	}
+	gin.SetMode(gin.ReleaseMode)
+	h, err := handler.New(hcfg, svc, log, m, reg)
+	if err != nil {
+		return fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
+	}
 
 	srv := &http.Server{
 		Handler:           h,
@@ -150,8 +208,10 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// net/http allows MaxHeaderBytes plus 4 KiB of slack: request
+		// headers are limited to 16 KiB in all (431, text/plain, past it).
+		MaxHeaderBytes: maxHeaderBytes - 4<<10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -159,6 +219,20 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	}
 	fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy)
 	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy)
+
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on STOCK_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = msrv.Serve(mln) }()
+		defer msrv.Close()
+		fmt.Fprintf(stdout, "stock: metrics on http://%s/metrics\n", mln.Addr())
+		log.Info("metrics listener", "addr", mln.Addr().String())
+	}
 
 	if cfg.PprofAddr != "" {
 		pln, err := net.Listen("tcp", cfg.PprofAddr)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 
@@ -94,22 +96,60 @@ func exactNames(body []byte, v any) error {
 	return nil
 }
 
+// bodyErr words a read or decode error for the client: never a socket
+// address, a Go type name or a package prefix.
 func bodyErr(err error, maxBody int64) error {
 	var mbe *http.MaxBytesError
 	var ute *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
 		return fmt.Errorf("%w: limit %d bytes", errTooLarge, maxBody)
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: %w", errBodyTimeout, err)
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("%w: empty body", errMalformed)
 	case errors.As(err, &ute):
-		return fmt.Errorf("%w: field %q must be %s", errMalformed, ute.Field, ute.Type)
+		return fmt.Errorf("%w: field %q must be %s", errMalformed, ute.Field, kindName(ute.Type))
 	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%w: not valid JSON", errMalformed)
 	}
-	// Unknown fields and the like: encoding/json's message names the field.
-	return fmt.Errorf("%w: %s", errMalformed, err.Error())
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Errorf("%w: unknown field %s", errMalformed, name)
+	}
+	// The connection failed while the body was read: nothing for the client
+	// to fix, and it is likely gone.
+	return fmt.Errorf("%w: the request body could not be read", errMalformed)
+}
+
+// kindName names a JSON type for a client.
+func kindName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "of another type"
 }
 
 func jsonEncoder(w io.Writer) *json.Encoder { return json.NewEncoder(w) }
+
+// writeJSON writes v as the JSON body with status, ending in a newline like
+// every problem body.
+func writeJSON(c *gin.Context, status int, v any) {
+	c.Header("Content-Type", "application/json; charset=utf-8")
+	c.Status(status)
+	if err := jsonEncoder(c.Writer).Encode(v); err != nil {
+		_ = c.Error(err)
+	}
+}

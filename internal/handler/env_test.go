@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -25,6 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	gin.SetMode(gin.ReleaseMode)
 	goleak.VerifyTestMain(m,
 		// database/sql and net/http keep pooled connections' goroutines until they idle out.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
@@ -111,10 +113,13 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	if o.noAdmin {
 		token = ""
 	}
-	h := handler.New(handler.Config{AdminToken: token, Checks: []handler.Check{
+	h, err := handler.New(handler.Config{AdminToken: token, ServeMetrics: true, Checks: []handler.Check{
 		{Name: "mysql", Required: true, Fn: d.store.Ping},
 		{Name: "redis", Required: o.reject, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 	}}, svc, nil, m, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()

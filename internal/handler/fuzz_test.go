@@ -117,8 +117,11 @@ func FuzzPlaceOrder(f *testing.F) {
 	}
 	f.Add("", `{"sku":"SKU-1","quantity":1}`)
 	f.Add("bad key", `{"sku":"SKU-1","quantity":1}`)
-	h := New(Config{}, acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)},
+	h, err := New(Config{}, acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)},
 		slog.New(slog.DiscardHandler), nil, prometheus.NewRegistry())
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, key, body string) {
 		if !utf8.ValidString(key) || strings.ContainsAny(key, "\r\n\x00") {
 			return // not sendable as a header

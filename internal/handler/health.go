@@ -16,7 +16,7 @@ type Check struct {
 }
 
 func (h *Handler) healthz(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	writeJSON(c, http.StatusOK, gin.H{"status": "ok"})
 }
 
 func (h *Handler) readyz(c *gin.Context) {
@@ -34,8 +34,8 @@ func (h *Handler) readyz(c *gin.Context) {
 		status[chk.Name] = "up"
 	}
 	if !ready {
-		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "not ready", "checks": status})
+		writeJSON(c, http.StatusServiceUnavailable, gin.H{"status": "not ready", "checks": status})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ready", "checks": status})
+	writeJSON(c, http.StatusOK, gin.H{"status": "ready", "checks": status})
 }

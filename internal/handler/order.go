@@ -16,11 +16,17 @@ type orderRequest struct {
 }
 
 func (h *Handler) placeOrder(c *gin.Context) {
-	key := c.GetHeader("Idempotency-Key")
-	if key == "" {
+	keys := c.Request.Header.Values("Idempotency-Key")
+	switch {
+	case len(keys) == 0 || keys[0] == "":
 		_ = c.Error(fmt.Errorf("%w: the Idempotency-Key header is required", service.ErrInvalid))
 		return
+	case len(keys) > 1:
+		// A proxy may keep the first or the last: refuse rather than guess.
+		_ = c.Error(fmt.Errorf("%w: send the Idempotency-Key header once", service.ErrInvalid))
+		return
 	}
+	key := keys[0]
 	var req orderRequest
 	if err := decodeJSON(c, h.maxBody, &req); err != nil {
 		_ = c.Error(err)
@@ -33,11 +39,11 @@ func (h *Handler) placeOrder(c *gin.Context) {
 	case req.Quantity == nil:
 		_ = c.Error(fmt.Errorf("%w: quantity is required", service.ErrInvalid))
 		return
-	case *req.Quantity < 1 || *req.Quantity > 1<<31-1:
-		_ = c.Error(fmt.Errorf("%w: quantity must be a positive integer", service.ErrInvalid))
-		return
 	}
-	o, replayed, err := h.svc.Place(c.Request.Context(), service.PlaceRequest{Key: key, SKU: *req.SKU, Quantity: int(*req.Quantity)})
+	// Out-of-range values are clamped into one the service refuses with its
+	// own rule (1..STOCK_MAX_QUANTITY), so the client is told the real range.
+	q := int(min(max(*req.Quantity, 0), 1<<31))
+	o, replayed, err := h.svc.Place(c.Request.Context(), service.PlaceRequest{Key: key, SKU: *req.SKU, Quantity: q})
 	if err != nil {
 		_ = c.Error(err)
 		return
@@ -45,10 +51,10 @@ func (h *Handler) placeOrder(c *gin.Context) {
 	c.Header("Location", "/v1/orders/"+strconv.FormatInt(o.ID, 10))
 	if replayed {
 		c.Header("Idempotent-Replayed", "true")
-		c.JSON(http.StatusOK, o)
+		writeJSON(c, http.StatusOK, o)
 		return
 	}
-	c.JSON(http.StatusCreated, o)
+	writeJSON(c, http.StatusCreated, o)
 }
 
 func (h *Handler) getOrder(c *gin.Context) {
@@ -62,5 +68,5 @@ func (h *Handler) getOrder(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	c.JSON(http.StatusOK, o)
+	writeJSON(c, http.StatusOK, o)
 }

@@ -168,7 +168,9 @@ func TestBrokenLockWithoutBackstopOversells(t *testing.T) {
 	var started atomic.Int32
 	hook := func() {
 		if started.Add(1) == 1 {
-			time.Sleep(300 * time.Millisecond)
+			// Long enough that the second order reads the stock row before
+			// the first commits, even on a loaded machine.
+			time.Sleep(time.Second)
 		}
 	}
 	in := newInstance(t, d, instanceOpts{strategy: service.StrategyLock, locker: anyoneLocker{}, hook: hook})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -31,6 +32,9 @@ var (
 	errAdminDisabled  = errors.New("handler: admin API disabled (no STOCK_ADMIN_TOKEN)")
 	errRouteNotFound  = errors.New("handler: no such route")
 	errMethodNotAllow = errors.New("handler: method not allowed")
+	errBodyTimeout    = errors.New("handler: request body not received in time")
+	errOverloaded     = errors.New("handler: too many requests in flight")
+	errRateLimited    = errors.New("handler: rate limit exceeded")
 )
 
 type kind struct {
@@ -47,6 +51,7 @@ type kind struct {
 var problems = []kind{
 	{service.ErrInvalid, http.StatusBadRequest, "invalid-request", "The request is invalid", false, true},
 	{errMalformed, http.StatusBadRequest, "invalid-request", "The request is invalid", false, true},
+	{errBodyTimeout, http.StatusRequestTimeout, "request-timeout", "The request body was not received in time", false, false},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "body-too-large", "The request body is too large", false, true},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported-media-type", "The body must be application/json", false, true},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Admin token missing or wrong", false, false},
@@ -57,6 +62,8 @@ var problems = []kind{
 	{service.ErrOrderNotFound, http.StatusNotFound, "order-not-found", "No such order", false, false},
 	{service.ErrSoldOut, http.StatusConflict, "sold-out", "Sold out", false, false},
 	{service.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with a different request", false, false},
+	{errRateLimited, http.StatusTooManyRequests, "rate-limited", "Too many requests from this client, retry later", false, false},
+	{errOverloaded, http.StatusServiceUnavailable, "overloaded", "The instance is serving too many requests, retry later", true, false},
 	{service.ErrInProgress, http.StatusConflict, "request-in-progress", "A request with this Idempotency-Key is in progress; retry with the same key", true, false},
 	{service.ErrBusy, http.StatusTooManyRequests, "busy", "Too busy, retry later", true, false},
 	{service.ErrLockLost, http.StatusServiceUnavailable, "lock-lost", "The stock lock was lost; the order was not placed, retry with the same key", true, false},
@@ -86,16 +93,28 @@ func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
 		k := classify(err)
 		p := Problem{Type: ProblemBase + k.kind, Title: k.title, Status: k.status, Instance: c.Request.URL.Path}
 		if k.showCause {
-			p.Detail = err.Error()
+			p.Detail = clientDetail(err, k.err)
 		}
-		if k.status >= 500 {
-			log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "status", k.status, "err", err)
+		if k.status >= 500 && !errors.Is(err, errOverloaded) {
+			log.Error("request failed", "method", methodLabel(c.Request.Method), "route", c.FullPath(), "status", k.status,
+				"request_id", RequestID(c.Request.Context()), "err", err)
 		}
 		if k.retry {
 			c.Header("Retry-After", "1")
 		}
 		writeProblem(c, p)
 	}
+}
+
+// clientDetail is the part of err written for the client: the text after
+// the sentinel's own message (errors here are built as "<sentinel>: <detail>"),
+// so no package prefix or internal error reaches the client.
+func clientDetail(err, sentinel error) string {
+	msg, prefix := err.Error(), sentinel.Error()
+	if i := strings.Index(msg, prefix+": "); i >= 0 {
+		return msg[i+len(prefix)+2:]
+	}
+	return ""
 }
 
 func writeProblem(c *gin.Context, p Problem) {

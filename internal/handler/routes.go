@@ -5,10 +5,9 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +31,21 @@ type Config struct {
 	AdminToken string  // empty: admin API off (403)
 	MaxBody    int64   // request body limit in bytes (default 4096)
 	Checks     []Check // readiness checks
+	// MaxInflight caps the requests served at once (probes not counted);
+	// past it a request is answered 503 at once. 0: no cap.
+	MaxInflight int64
+	// Limiter, if set, limits requests per client IP on the /v1 routes
+	// (admin routes excepted).
+	Limiter RateLimiter
+	// TrustedProxies are the proxies (IPs or CIDRs) whose X-Forwarded-For is
+	// believed when finding the client IP; none by default (RemoteAddr).
+	TrustedProxies []string
+	// LogBudget caps the access log lines of 4xx answers per second
+	// (default 100); 2xx/3xx lines are at debug level, 5xx ones always.
+	LogBudget int
+	// ServeMetrics serves /metrics on this handler (the public listener);
+	// by default it is served on its own listener (STOCK_METRICS_ADDR).
+	ServeMetrics bool
 }
 
 // Handler serves the API. It is safe for concurrent use.
@@ -40,50 +54,69 @@ type Handler struct {
 	adminToken string
 	maxBody    int64
 	checks     []Check
+	log        *slog.Logger
+	budget     *logBudget
 }
 
-// New returns the whole API as one http.Handler.
-func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer prometheus.Gatherer) http.Handler {
+// New returns the whole API as one http.Handler. It returns an error for a
+// bad TrustedProxies entry.
+func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer prometheus.Gatherer) (http.Handler, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 4096
+	}
+	if cfg.LogBudget <= 0 {
+		cfg.LogBudget = 100
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{svc: svc, adminToken: cfg.AdminToken, maxBody: cfg.MaxBody, checks: cfg.Checks}
-	gin.SetMode(gin.ReleaseMode)
+	budget := &logBudget{perSec: int64(cfg.LogBudget)}
+	h := &Handler{svc: svc, adminToken: cfg.AdminToken, maxBody: cfg.MaxBody, checks: cfg.Checks, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
-	r.Use(recovery(log), observe(m), problemMiddleware(log))
+	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
+	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("handler: trusted proxies: %w", err)
+	}
+	// observe is outermost, so every answer is counted and logged, the 500
+	// of a recovered panic included.
+	r.Use(observe(m, log, budget), recovery(log), problemMiddleware(log), inflight(cfg.MaxInflight))
+
+	limited := func(hs ...gin.HandlerFunc) []gin.HandlerFunc {
+		if cfg.Limiter == nil {
+			return hs
+		}
+		return append([]gin.HandlerFunc{rateLimit(cfg.Limiter)}, hs...)
+	}
+	// get registers a GET route and the HEAD route that answers like it
+	// without a body (net/http drops the body of a HEAD answer).
+	get := func(g gin.IRoutes, path string, hs ...gin.HandlerFunc) {
+		g.GET(path, hs...)
+		g.HEAD(path, hs...)
+	}
 
 	// The whole API.
-	r.POST("/v1/orders", h.placeOrder)
-	r.GET("/v1/orders/:id", h.getOrder)
-	r.GET("/v1/stock/:sku", h.getStock)
+	r.POST("/v1/orders", limited(h.placeOrder)...)
+	get(r, "/v1/orders/:id", limited(h.getOrder)...)
+	get(r, "/v1/stock/:sku", limited(h.getStock)...)
 	admin := r.Group("/v1/admin", h.admin)
 	admin.PUT("/stock/:sku", h.setStock)
-	admin.GET("/stock/:sku/audit", h.audit)
-	r.GET("/healthz", h.healthz)
-	r.GET("/readyz", h.readyz)
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
+	get(admin, "/stock/:sku/audit", h.audit)
+	get(r, "/healthz", h.healthz)
+	get(r, "/readyz", h.readyz)
+	if cfg.ServeMetrics {
+		get(r, "/metrics", MetricsHandler(gatherer))
+	}
 
 	r.NoRoute(func(c *gin.Context) { _ = c.Error(errRouteNotFound) })
 	r.NoMethod(func(c *gin.Context) { _ = c.Error(errMethodNotAllow) })
-	return r
+	return r, nil
 }
 
-// observe records each request in the metrics, by route template.
-func observe(m *metrics.Metrics) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		start := time.Now()
-		c.Next()
-		route := c.FullPath()
-		if route == "" {
-			route = "unmatched"
-		}
-		m.Request(route, c.Request.Method, strconv.Itoa(c.Writer.Status()), time.Since(start))
-	}
+// MetricsHandler serves the Prometheus metrics of gatherer.
+func MetricsHandler(gatherer prometheus.Gatherer) gin.HandlerFunc {
+	return gin.WrapH(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 }
 
 // recovery turns a panic into a logged 500 problem.
@@ -94,7 +127,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				log.Error("panic", "path", c.Request.URL.Path, "panic", v)
+				log.Error("panic", "path", c.Request.URL.Path, "request_id", RequestID(c.Request.Context()), "panic", v)
 				if !c.Writer.Written() {
 					writeProblem(c, Problem{Type: ProblemBase + internalProblem.kind, Title: internalProblem.title,
 						Status: http.StatusInternalServerError, Instance: c.Request.URL.Path})

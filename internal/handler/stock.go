@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -17,7 +18,7 @@ func (h *Handler) getStock(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	c.JSON(http.StatusOK, st)
+	writeJSON(c, http.StatusOK, st)
 }
 
 type setStockRequest struct {
@@ -39,7 +40,9 @@ func (h *Handler) setStock(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	c.JSON(http.StatusOK, st)
+	h.log.Info("admin: stock set", "sku", c.Param("sku"), "available", st.Available, "sold", st.Sold, "version", st.Version,
+		"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP())
+	writeJSON(c, http.StatusOK, st)
 }
 
 func (h *Handler) audit(c *gin.Context) {
@@ -48,23 +51,41 @@ func (h *Handler) audit(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	c.JSON(http.StatusOK, a)
+	writeJSON(c, http.StatusOK, a)
 }
 
 // admin guards the admin routes: 403 when no token is configured, 401 unless
-// the bearer token matches (compared in constant time).
+// the bearer token matches (compared in constant time; the scheme name is
+// case-insensitive, RFC 9110). Each failed authentication is logged (within
+// the 4xx log budget).
 func (h *Handler) admin(c *gin.Context) {
 	if h.adminToken == "" {
 		_ = c.Error(errAdminDisabled)
 		c.Abort()
 		return
 	}
-	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+	got, ok := bearer(c.GetHeader("Authorization"))
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.adminToken)) != 1 {
+		if ok, n := h.budget.take(time.Now()); ok {
+			h.log.Warn("admin: authentication failed", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
+				"token_sent", got != "", "request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(),
+				"suppressed_4xx_lines", n)
+		}
 		c.Header("WWW-Authenticate", `Bearer realm="stock-admin"`)
 		_ = c.Error(errUnauthorized)
 		c.Abort()
 		return
 	}
 	c.Next()
+}
+
+// bearer returns the credentials of an Authorization header with the Bearer
+// scheme, matched case-insensitively.
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
 }

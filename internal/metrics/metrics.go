@@ -21,6 +21,7 @@ type Metrics struct {
 	Conflicts       *prometheus.CounterVec // strategy: versioned UPDATE misses
 	DBOnly          prometheus.Counter     // orders placed through the DB-only path because Redis was down
 	BatchSize       prometheus.Histogram   // orders served per lock acquisition (request combining)
+	RateLimits      *prometheus.CounterVec // result: allowed, limited, failed_open, failed_closed
 }
 
 // New registers the metrics on reg, with the Go and process collectors.
@@ -60,9 +61,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "stock_lock_batch_orders", Help: "Orders of one SKU served per lock acquisition (lock+version request combining).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
 		}),
+		RateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_rate_limit_total", Help: "Rate limit decisions: allowed, limited, failed_open and failed_closed (Redis could not be asked).",
+		}, []string{"result"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.Orders, m.LockWait, m.LockHeld, m.LockResults,
-		m.Renewals, m.Conflicts, m.DBOnly, m.BatchSize,
+		m.Renewals, m.Conflicts, m.DBOnly, m.BatchSize, m.RateLimits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"created", "replayed", "sold_out", "busy", "rejected", "lock_lost", "error"} {
 		m.Orders.WithLabelValues(r)
@@ -73,7 +77,17 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"renewed", "lost", "failed"} {
 		m.Renewals.WithLabelValues(r)
 	}
+	for _, r := range []string{"allowed", "limited", "failed_open", "failed_closed"} {
+		m.RateLimits.WithLabelValues(r)
+	}
 	return m
+}
+
+// RateLimit counts one rate limit decision.
+func (m *Metrics) RateLimit(result string) {
+	if m != nil {
+		m.RateLimits.WithLabelValues(result).Inc()
+	}
 }
 
 // Order counts one order request by result.

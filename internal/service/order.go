@@ -384,11 +384,11 @@ func (s *Service) skipLock() bool {
 func (s *Service) redisFailed(err error) {
 	s.redisDownUntil.Store(time.Now().Add(redisBackoff).UnixNano())
 	if !s.redisDown.Swap(true) {
-		mode := "db-only"
 		if s.cfg.RejectOnRedisDown {
-			mode = "reject"
+			s.log.Error("redis unreachable: orders are refused with 503 until it answers", "mode", "reject", "err", err)
+		} else {
+			s.log.Error("redis unreachable: orders bypass the lock (DB-only conditional UPDATE)", "mode", "db-only", "err", err)
 		}
-		s.log.Error("redis unreachable: orders bypass the lock", "mode", mode, "err", err)
 	}
 }
 

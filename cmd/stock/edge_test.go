@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/stock/internal/testserver"
+)
+
+// Help and usage never depend on the environment; unknown commands print usage.
+func TestHelpIgnoresABadEnvironment(t *testing.T) {
+	bad := env(map[string]string{"STOCK_STRATEGY": "nonsense", "STOCK_LOCK_WAIT": "soon"})
+	for _, arg := range []string{"help", "-h", "--help"} {
+		var out strings.Builder
+		if err := run(context.Background(), []string{"stock", arg}, bad, &out, io.Discard); err != nil || !strings.Contains(out.String(), "usage: stock") {
+			t.Errorf("stock %s with bad settings = %v, printed %q; want usage and nil", arg, err, out.String())
+		}
+	}
+	err := run(context.Background(), []string{"stock", "frobnicate"}, bad, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "usage: stock") || !strings.Contains(err.Error(), "frobnicate") {
+		t.Fatalf("unknown command = %v; want the usage, naming the command", err)
+	}
+}
+
+// Start-up errors against MySQL say what to do and name the variable.
+func TestMySQLStartupErrorsSayWhatToDo(t *testing.T) {
+	ctx := context.Background()
+	noDB := strings.TrimSuffix(testserver.SharedMySQL, "/") + "/no_such_db_" + fmt.Sprint(time.Now().UnixNano()) + "?parseTime=true"
+	err := run(ctx, []string{"stock", "serve"}, env(map[string]string{"STOCK_MYSQL_DSN": noDB}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "stock migrate") || !strings.Contains(err.Error(), "STOCK_MYSQL_DSN") {
+		t.Errorf("serve against a missing database = %v; want it to say run `stock migrate`, naming STOCK_MYSQL_DSN", err)
+	}
+	refused := "root@tcp(127.0.0.1:1)/stock?timeout=500ms"
+	err = run(ctx, []string{"stock", "serve"}, env(map[string]string{"STOCK_MYSQL_DSN": refused}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "STOCK_MYSQL_DSN") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("serve against a refused address = %v; want it to name STOCK_MYSQL_DSN and the address", err)
+	}
+}
+
+// lockedWriter is an io.Writer safe for the server's goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// startedLog is started with the server's log captured.
+func startedLog(t *testing.T, vars map[string]string) (string, *lockedWriter) {
+	t.Helper()
+	log := &lockedWriter{}
+	vars["STOCK_HTTP_ADDR"] = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"stock", "serve"}, env(vars), pw, log)
+		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
+		errc <- err
+	}()
+	buf := make([]byte, 4096)
+	var seen strings.Builder
+	for !strings.Contains(seen.String(), "listening on http://") {
+		n, err := pr.Read(buf)
+		if err != nil {
+			cancel()
+			t.Fatalf("serve did not start: %v\n%s", err, log.String())
+		}
+		seen.Write(buf[:n])
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	t.Cleanup(func() { cancel(); <-errc })
+	url := strings.Fields(seen.String()[strings.Index(seen.String(), "http://"):])[0]
+	return url, log
+}
+
+// With Redis unreachable, every log line is JSON (go-redis's own lines go
+// through slog), and reject mode says orders are refused.
+func TestLogIsJSONWithRedisDown(t *testing.T) {
+	dsn := testserver.Database(t)
+	if err := run(context.Background(), []string{"stock", "migrate"}, env(map[string]string{"STOCK_MYSQL_DSN": dsn}), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	port := testserver.FreePort(t)
+	url, log := startedLog(t, map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_REDIS_ADDRS": fmt.Sprintf("127.0.0.1:%d", port),
+		"STOCK_ON_REDIS_DOWN": "reject", "STOCK_ADMIN_TOKEN": "tok"})
+	req, _ := http.NewRequest("PUT", url+"/v1/admin/stock/A", strings.NewReader(`{"available":3}`))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	for i := range 3 {
+		req, _ := http.NewRequest("POST", url+"/v1/orders", strings.NewReader(`{"sku":"A","quantity":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", fmt.Sprint("k", i))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Fatalf("order with Redis down in reject mode = %d; want 503", resp.StatusCode)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(log.String(), "redis client") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	text := log.String()
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("log line is not JSON: %q", l)
+		}
+	}
+	if !strings.Contains(text, `"msg":"redis client"`) {
+		t.Errorf("no go-redis line in the structured log:\n%s", text)
+	}
+	if !strings.Contains(text, "refused with 503") || strings.Contains(text, "bypass the lock") {
+		t.Errorf("reject mode's log does not say orders are refused:\n%s", text)
+	}
+}
+
+// Request headers are limited to 16 KiB in all, as documented (net/http adds
+// 4 KiB of slack to MaxHeaderBytes).
+func TestHeaderLimit(t *testing.T) {
+	dsn := testserver.Database(t)
+	if err := run(context.Background(), []string{"stock", "migrate"}, env(map[string]string{"STOCK_MYSQL_DSN": dsn}), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	url, _ := started(t, map[string]string{"STOCK_MYSQL_DSN": dsn})
+	get := func(n int) int {
+		req, _ := http.NewRequest("GET", url+"/healthz", nil)
+		req.Header.Set("X-Pad", strings.Repeat("a", n))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(15 << 10); code != 200 {
+		t.Errorf("15 KiB of headers = %d; want 200", code)
+	}
+	if code := get(17 << 10); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("17 KiB of headers = %d; want 431", code)
+	}
+}
+
+// The per-IP rate limit is kept in Redis, so instances share one budget per
+// client: 4 requests a second with a burst of 4 over two instances admits 4
+// of 10 requests at once, and the refused ones carry Retry-After and the
+// RateLimit headers.
+func TestRateLimitSharedByInstances(t *testing.T) {
+	dsn := testserver.Database(t)
+	if err := run(context.Background(), []string{"stock", "migrate"}, env(map[string]string{"STOCK_MYSQL_DSN": dsn}), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("rltest%d:", time.Now().UnixNano())
+	vars := func() map[string]string {
+		return map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_RATE_IP": "4", "STOCK_REDIS_PREFIX": prefix}
+	}
+	a, _ := started(t, vars())
+	b, _ := started(t, vars())
+	codes := map[int]int{}
+	for i := range 10 {
+		url := a
+		if i%2 == 1 {
+			url = b
+		}
+		resp, err := http.Get(url + "/v1/stock/NOPE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+		if resp.StatusCode == 429 && (resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") == "" || resp.Header.Get("RateLimit-Policy") == "") {
+			t.Fatalf("429 without Retry-After/RateLimit headers: %v", resp.Header)
+		}
+	}
+	if codes[404] != 4 || codes[429] != 6 {
+		t.Fatalf("statuses of 10 requests at once over two instances with 4/s, burst 4 = %v; want 4 x 404 and 6 x 429", codes)
+	}
+	// Health checks are never limited.
+	if resp, err := http.Get(a + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthz of a limited client = %v, %v", resp, err)
+	}
+}
+
+// The rate limiter fails open or closed, as configured, when Redis is down.
+func TestRateLimitWithRedisDown(t *testing.T) {
+	dsn := testserver.Database(t)
+	if err := run(context.Background(), []string{"stock", "migrate"}, env(map[string]string{"STOCK_MYSQL_DSN": dsn}), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t))
+	for mode, want := range map[string]int{"open": 404, "closed": 429} {
+		url, _ := started(t, map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_RATE_IP": "4", "STOCK_REDIS_ADDRS": down,
+			"STOCK_RATE_ON_REDIS_DOWN": mode, "STOCK_METRICS_PUBLIC": "1"})
+		resp, err := http.Get(url + "/v1/stock/NOPE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("STOCK_RATE_ON_REDIS_DOWN=%s with Redis down = %d; want %d", mode, resp.StatusCode, want)
+		}
+		resp, err = http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `stock_rate_limit_total{result="failed_`+mode+`"} 1`) {
+			t.Errorf("metrics after a %s failure lack failed_%s 1", mode, mode)
+		}
+	}
+}
