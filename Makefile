@@ -1,7 +1,7 @@
 GO ?= go
 export CGO_ENABLED ?= 1
 
-.PHONY: test vet unit run build bench chaos demo k6-check
+.PHONY: test vet unit fuzz run build bench chaos demo k6-check
 
 ## test: vet, the whole suite with the race detector, the compose file and k6 type checks (what CI runs)
 test: vet unit fuzz compose-check k6-check
@@ -12,12 +12,13 @@ unit:
 vet:
 	$(GO) vet ./...
 
-## fuzz: each fuzz target for FUZZTIME (request decoding, key and SKU validators, POST /v1/orders)
+## fuzz: each fuzz target for FUZZTIME (request decoding, key and SKU validators, POST /v1/orders, the whole router)
 FUZZTIME ?= 5s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeOrder$$' -fuzztime $(FUZZTIME) ./internal/handler
 	$(GO) test -run '^$$' -fuzz '^FuzzValidKey$$' -fuzztime $(FUZZTIME) ./internal/handler
 	$(GO) test -run '^$$' -fuzz '^FuzzPlaceOrder$$' -fuzztime $(FUZZTIME) ./internal/handler
+	$(GO) test -run '^$$' -fuzz '^FuzzRouter$$' -fuzztime $(FUZZTIME) ./internal/handler
 
 build:
 	$(GO) build -o bin/stock ./cmd/stock

@@ -336,7 +336,10 @@ func TestInflightCap(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
-		go func() { defer wg.Done(); e.do("POST", "/v1/orders", `{"sku":"A","quantity":1}`, "Idempotency-Key", "k") }()
+		go func() {
+			defer wg.Done()
+			e.do("POST", "/v1/orders", `{"sku":"A","quantity":1}`, "Idempotency-Key", "k")
+		}()
 	}
 	<-b.in
 	<-b.in

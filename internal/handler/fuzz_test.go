@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -144,4 +146,97 @@ func FuzzPlaceOrder(f *testing.F) {
 			t.Fatalf("POST key %q body %q = %d %s", key, body, rec.Code, rec.Body)
 		}
 	})
+}
+
+// recording is acceptAll that counts the calls that would write.
+type recording struct {
+	acceptAll
+	writes *atomic.Int64
+}
+
+func (r recording) Place(ctx context.Context, p service.PlaceRequest) (service.Order, bool, error) {
+	o, rep, err := r.acceptAll.Place(ctx, p)
+	if err == nil {
+		r.writes.Add(1)
+	}
+	return o, rep, err
+}
+
+func (r recording) SetStock(ctx context.Context, sku string, n int64) (service.Stock, error) {
+	if !service.ValidKey(sku) || n < 0 || n > service.MaxStock {
+		return service.Stock{}, service.ErrInvalid
+	}
+	r.writes.Add(1)
+	return service.Stock{SKU: sku, Available: n}, nil
+}
+
+// FuzzRouter: any method, path, headers and body sent to the whole router
+// gets no 500; every 4xx is a problem+json body; a 4xx never wrote; the
+// metric series stay bounded (labels from closed sets).
+func FuzzRouter(f *testing.F) {
+	f.Add("POST", "/v1/orders", "Idempotency-Key", "k-1", `{"sku":"SKU-1","quantity":1}`)
+	f.Add("PUT", "/v1/admin/stock/SKU-1", "Authorization", "Bearer admin-secret", `{"available":5}`)
+	f.Add("PUT", "/v1/admin/stock/SKU-1", "Authorization", "bearer nope", `{"available":5}`)
+	f.Add("GET", "/v1/orders/12", "X-Request-Id", "abc", ``)
+	f.Add("HEAD", "/healthz", "", "", ``)
+	f.Add("post", "/v1/orders", "Idempotency-Key", "k", `{"sku":"A","quantity":2147483648}`)
+	f.Add("DELETE", "/v1/stock/%zz", "Content-Type", "text/plain", `x`)
+	f.Add("GET", "/v1/admin/stock/A/audit", "Authorization", "Bearer admin-secret", ``)
+	var writes atomic.Int64
+	reg := prometheus.NewRegistry()
+	h, err := New(Config{AdminToken: "admin-secret", ServeMetrics: true}, recording{acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)}, &writes},
+		slog.New(slog.DiscardHandler), metrics.New(reg), reg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, method, path, hk, hv, body string) {
+		if method == "" || strings.ContainsAny(method, " \t\r\n\x00/") || !utf8.ValidString(method) ||
+			!strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \t\r\n\x00#?") ||
+			strings.ContainsAny(hk+hv, "\r\n\x00") || !httpguts(hk) {
+			return // not a request a client can send
+		}
+		req, err := http.NewRequest(method, "http://x"+path, strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if hk != "" {
+			req.Header.Set(hk, hv)
+		}
+		before := writes.Load()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		switch {
+		case rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable:
+			t.Fatalf("%s %s (%s: %q) %q = %d %s", method, path, hk, hv, body, rec.Code, rec.Body)
+		case rec.Code >= 400:
+			if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("%s %s = %d with Content-Type %q; want a problem+json body", method, path, rec.Code, ct)
+			}
+			var p Problem
+			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code || !strings.HasPrefix(p.Type, ProblemBase) {
+				t.Fatalf("%s %s = %d with body %q; want a problem", method, path, rec.Code, rec.Body)
+			}
+			if writes.Load() != before {
+				t.Fatalf("%s %s answered %d but wrote", method, path, rec.Code)
+			}
+		}
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "stock_http_requests_total" && len(mf.GetMetric()) > 200 {
+				t.Fatalf("stock_http_requests_total has %d series", len(mf.GetMetric()))
+			}
+		}
+	})
+}
+
+// httpguts reports a header name a client can send (a token, or empty).
+func httpguts(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`()<>@,;:\"/[]?={}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

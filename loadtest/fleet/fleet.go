@@ -195,6 +195,8 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 			"STOCK_STRATEGY":    cfg.Strategy,
 			"STOCK_LOG_LEVEL":   "warn",
 			"STOCK_LOG_FORMAT":  "text",
+			// The driver reads each instance's /metrics on its public URL.
+			"STOCK_METRICS_PUBLIC": "1",
 		}
 		if Unsafe(cfg.Strategy) {
 			env["STOCK_ALLOW_UNSAFE"] = "1"

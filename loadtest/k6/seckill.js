@@ -319,8 +319,14 @@ export default function (data) {
   // rerun against the same database never replays an old order.
   const key = `${data.runId}-${__VU}-${__ITER}`;
   const payload = JSON.stringify({ sku: data.sku, quantity: QUANTITY });
+  // Each buyer is its own client address: the compose stack trusts its
+  // private network as proxies (STOCK_TRUSTED_PROXIES), so the per-IP rate
+  // limit sees this header's address, as it would see real buyers behind
+  // the load balancer.
+  const n = exec.scenario.iterationInTest;
+  const clientIP = `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`;
   const params = {
-    headers: { "Content-Type": "application/json", "Idempotency-Key": key },
+    headers: { "Content-Type": "application/json", "Idempotency-Key": key, "X-Forwarded-For": clientIP },
     tags: { name: "POST /v1/orders" },
   };
 
