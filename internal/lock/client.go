@@ -106,7 +106,7 @@ func WithHooks(h Hooks) Option {
 }
 
 // Client makes Mutexes that share one Redis connection pool, one watchdog and
-// one pub/sub subscription. Create one per process. It is safe for concurrent
+// its pub/sub connections. Create one per process. It is safe for concurrent
 // use.
 type Client struct {
 	rdb      redis.UniversalClient
@@ -132,6 +132,10 @@ type Client struct {
 	wg       sync.WaitGroup // the pub/sub dispatcher
 
 	sub subscriber
+	// shard caches whether this cluster has sharded pub/sub (see
+	// Client.sharded); shardMu serializes the one question to Redis.
+	shard   atomic.Int32
+	shardMu sync.Mutex
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a

@@ -10,11 +10,29 @@
 // publishes "0" on "redisson_lock__channel:{<name>}", which wakes waiters (a
 // waiting client that gives up and leaves the line publishes "2", which this
 // package's waiters count as a turn gone by and Redisson's ignore); a fresh
-// acquire INCRs "redisson_lock_token:{<name>}", the fencing token. A Java
-// service using Redisson and a Go service using this package exclude each other
-// on the same name. All keys of one lock share one hash slot, every key a
-// script touches is passed in KEYS, and scripts run by EVALSHA with an EVAL
-// fallback after NOSCRIPT.
+// acquire INCRs "redisson_lock_token:{<name>}", the fencing token.
+//
+// A Java service using Redisson and a Go service using this package exclude
+// each other on the same name. All keys of one lock share one hash slot,
+// every key a script touches is passed in KEYS, and scripts run by EVALSHA
+// with an EVAL fallback after NOSCRIPT.
+//
+// On a *redis.ClusterClient the Client asks PUBSUB SHARDNUMSUB once, the
+// first time it needs a channel or runs a script that publishes, which is
+// how Redisson (3.22+) decides by default whether to use sharded pub/sub.
+// When the cluster answers (Redis 7+), every script that publishes ("0" on a
+// release or a ForceUnlock, "2" on leaving the line) publishes both with
+// PUBLISH and with SPUBLISH (the channel shares the lock's hash slot), so
+// Redisson's waiters wake whether they subscribe sharded (its default there)
+// or not, and this package's waiters subscribe with SSUBSCRIBE. Such a
+// waiter does not hear an unlock published with PUBLISH alone (Redisson
+// before 3.22 or with sharded subscriptions turned off, or an older version
+// of this package): it wakes at its next look at the lock instead, within
+// 400ms. A cluster that answers with an error ("ERR", "NOPERM") gets
+// PUBLISH and SUBSCRIBE only, as does every other kind of client, with
+// exactly the same commands; when the question got no answer (a network
+// error) the call at hand publishes or subscribes the plain way and the next
+// one asks again.
 //
 // # Guarantees
 //
@@ -34,16 +52,18 @@
 //     errors): acquire, re-entry and release are compare-and-set operations,
 //     and an acquire whose outcome is unknown (timeout, cancelled context) is
 //     undone before the error is returned.
-//   - Waiters sleep on one shared pub/sub connection per Client, ref-counted per
-//     lock name and closed shortly after no one waits. Waiting is fair: waiters
-//     of one Client are served in arrival order (only the oldest one contends
-//     in Redis, and a goroutine that just released goes to the back), and
-//     waiting Clients take turns through a line kept in Redis
-//     ("redisson_lock_queue:{<name>}" and "redisson_lock_timeout:{<name>}",
-//     one entry per Client, dropped when not refreshed for a second, so a
-//     crashed waiter cannot block a free lock for longer). A full unlock with
-//     a waiter in the same Client hands the lock straight to it, at most four
-//     turns in a row before the lock goes back to the line.
+//   - Waiters sleep on one shared pub/sub connection per Client (on a cluster
+//     with sharded pub/sub, one per hash slot waited on, to the node serving
+//     it), ref-counted per lock name, each closed shortly after no one waits
+//     on it. Waiting is fair: waiters of one Client are served in arrival
+//     order (only the oldest one contends in Redis, and a goroutine that just
+//     released goes to the back), and waiting Clients take turns through a
+//     line kept in Redis ("golock_line:{<name>}" and
+//     "golock_line_deadline:{<name>}", one entry per Client, dropped when not
+//     refreshed for a second, so a crashed waiter cannot block a free lock
+//     for longer). A full unlock with a waiter in the same Client hands the
+//     lock straight to it, at most four turns in a row before the lock goes
+//     back to the line.
 //   - An Unlock that Redis did not answer is retried in the background while
 //     the lease could still be alive, so a failover does not leave the lock
 //     held for a whole lease.

@@ -187,7 +187,8 @@ func (l *lease) drop(ctx context.Context) error {
 	call := l.owner + ":drop"
 	keys := []string{l.name, l.m.channel, l.m.latch + "force:" + call}
 	f := func(ctx context.Context) error {
-		return forceScript.Run(ctx, l.c.rdb, keys, l.owner, call, latchMsArg).Err()
+		_, err := l.c.forceCall(ctx, keys, l.owner, call)
+		return err
 	}
 	err := f(ctx)
 	if err != nil {

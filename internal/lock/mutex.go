@@ -80,7 +80,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		if len(owners) == 0 {
 			return false, nil
 		}
-		n, err := forceScript.Run(ctx, m.c.rdb, []string{m.name, m.channel, latch}, owners[0], call, latchMsArg).Int64()
+		n, err := m.c.forceCall(ctx, []string{m.name, m.channel, latch}, owners[0], call)
 		if err != nil {
 			return false, fmt.Errorf("lock: force unlock %q: %w", m.name, err)
 		}
@@ -332,11 +332,24 @@ func (m *Mutex) releaseCall(ctx context.Context, owner string, fence, want int64
 	var buf [128]byte // on the stack for names of usual length
 	latch := string(strconv.AppendInt(append(buf[:0], m.latch...), fence, 10))
 	keys := []string{m.name, m.channel, latch}
+	if m.c.sharded(ctx) {
+		return releaseScript.Run(ctx, m.c.rdb, keys, msArg(dur), owner, want, latchMsArg, spublishArg).Int64()
+	}
 	return releaseScript.Run(ctx, m.c.rdb, keys, msArg(dur), owner, want, latchMsArg).Int64()
+}
+
+// forceCall runs the force unlock script: it deletes the lock if owner holds
+// it and remembers call in the latch.
+func (c *Client) forceCall(ctx context.Context, keys []string, owner, call string) (int64, error) {
+	if c.sharded(ctx) {
+		return forceScript.Run(ctx, c.rdb, keys, owner, call, latchMsArg, spublishArg).Int64()
+	}
+	return forceScript.Run(ctx, c.rdb, keys, owner, call, latchMsArg).Int64()
 }
 
 var (
 	latchMsArg   any = latchTTL.Milliseconds()
+	spublishArg  any = "1" // last argument of a publishing script: SPUBLISH as well as PUBLISH
 	commonMsArgs     = map[time.Duration]any{}
 	commonMsMu   sync.RWMutex
 )
@@ -472,7 +485,12 @@ func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
 		// The last waiter gave up: leave the line now rather than make the
 		// others wait for our entry to lapse.
 		ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-		_ = leaveScript.Run(ctx, c.rdb, []string{q.m.queue, q.m.timeout, q.m.channel}, c.id).Err()
+		keys := []string{q.m.queue, q.m.timeout, q.m.channel}
+		if c.sharded(ctx) {
+			_ = leaveScript.Run(ctx, c.rdb, keys, c.id, spublishArg).Err()
+		} else {
+			_ = leaveScript.Run(ctx, c.rdb, keys, c.id).Err()
+		}
 		cancel()
 	}
 }

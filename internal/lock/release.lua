@@ -2,7 +2,10 @@
 -- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch of this chain
 -- (named by its fencing token, holding the owner field)
 -- ARGV[1] lease in ms, ARGV[2] owner field, ARGV[3] count the caller last saw,
--- ARGV[4] latch lifetime in ms
+-- ARGV[4] latch lifetime in ms, ARGV[5] '1' to SPUBLISH the unlock message too
+-- (a cluster with sharded pub/sub; absent otherwise). SPUBLISH goes by pcall
+-- here and in force.lua and leave.lua: a node that refuses it must not leave
+-- the release half done.
 -- Reply: 1 still held (count decremented), 2 fully released, 0 not held, -1 count mismatch.
 local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 local want = tonumber(ARGV[3])
@@ -25,5 +28,6 @@ if c > 1 then
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], '0')
+if ARGV[5] == '1' then redis.pcall('spublish', KEYS[2], '0') end
 redis.call('set', KEYS[3], ARGV[2], 'px', ARGV[4])
 return 2

@@ -3,21 +3,31 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
-// a *redis.ClusterClient: exclusion, re-entry, pub/sub wake-ups
-// across nodes, and renewals batched per hash slot.
+// a *redis.ClusterClient, on one 3-master cluster shared by the subtests.
 func TestClusterClient(t *testing.T) {
 	t.Parallel()
 	addrs := testserver.StartCluster(t)
+	t.Run("Locks", func(t *testing.T) { t.Parallel(); testClusterLocks(t, addrs) })
+	t.Run("ShardedPubSub", func(t *testing.T) { t.Parallel(); testClusterShardedPubSub(t, addrs) })
+}
+
+// exclusion, re-entry, pub/sub wake-ups across nodes, and renewals batched
+// per hash slot.
+func testClusterLocks(t *testing.T, addrs []string) {
 	ctx := context.Background()
 	counter := &countRenewals{}
 	newCC := func() *redis.ClusterClient {
@@ -127,4 +137,186 @@ func TestSentinelFailoverClient(t *testing.T) {
 	t.Logf("lock service back %v after the master was killed; old hold lost: %v", time.Since(killed).Round(time.Millisecond), h.Context().Err() != nil)
 	noErr(t, h2.Unlock(ctx))
 	_ = h.Unlock(ctx)
+}
+
+// On a Redis 7+ cluster, Redisson (3.22+, by default) publishes unlocks with
+// SPUBLISH and waits with SSUBSCRIBE. Go and Java must wake each other: a
+// Redisson waiter behind a Go holder gets the unlock message on its sharded
+// subscription (and a plain subscriber still gets it), and a Go waiter behind
+// a Redisson holder wakes on the Redisson unlock's SPUBLISH at once, not at
+// its next look at the lock. Names on every master, several at a time, so
+// that each hash slot waited on gets its own sharded connection.
+func testClusterShardedPubSub(t *testing.T, addrs []string) {
+	ctx := context.Background()
+	newCC := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	raw := newCC()
+	c := lock.New(newCC())
+	defer c.Close()
+	channel := func(name string) string { // Redisson's prefixName
+		if strings.Contains(name, "{") {
+			return "redisson_lock__channel:" + name
+		}
+		return "redisson_lock__channel:{" + name + "}"
+	}
+
+	// Two names per master, each in a slot of its own.
+	var names []string
+	perNode := map[string]int{}
+	slots := map[int64]bool{}
+	for i := 0; len(names) < 6; i++ {
+		name := fmt.Sprintf("sharded-lock-%d", i)
+		s := must(raw.ClusterKeySlot(ctx, name).Result())
+		node := must(raw.MasterForKey(ctx, name)).Options().Addr
+		if slots[s] || perNode[node] == 2 {
+			continue
+		}
+		slots[s] = true
+		perNode[node]++
+		names = append(names, name)
+	}
+	if len(perNode) != 3 {
+		t.Fatalf("names on %d masters; want 3", len(perNode))
+	}
+	// shardSubs is the number of sharded subscribers of ch on the master of its slot.
+	shardSubs := func(ch string) int64 {
+		return must(must(raw.MasterForKey(ctx, ch)).PubSubShardNumSub(ctx, ch).Result())[ch]
+	}
+	// receive waits up to 2s for a message on ps.
+	receive := func(ps *redis.PubSub) (string, bool) {
+		select {
+		case m := <-ps.Channel():
+			return m.Payload, true
+		case <-time.After(2 * time.Second):
+			return "", false
+		}
+	}
+
+	// 1. Redisson waiters (sharded) and plain subscribers behind Go holders:
+	// Unlock, ForceUnlock and a waiter leaving the line reach both.
+	for _, name := range names {
+		ss := raw.SSubscribe(ctx, channel(name))
+		ps := raw.Subscribe(ctx, channel(name))
+		for _, sub := range []*redis.PubSub{ss, ps} {
+			if _, err := sub.Receive(ctx); err != nil { // the confirmation
+				t.Fatal(err)
+			}
+		}
+		expect := func(what, want string) {
+			t.Helper()
+			for kind, sub := range map[string]*redis.PubSub{"SSUBSCRIBE": ss, "SUBSCRIBE": ps} {
+				if got, ok := receive(sub); !ok || got != want {
+					t.Fatalf("%s: %s subscriber after %s got %q (received: %v); want %q", name, kind, what, got, ok, want)
+				}
+			}
+		}
+		noErr(t, must(c.Mutex(name).Lock(ctx)).Unlock(ctx))
+		expect("Unlock", "0")
+		must(c.Mutex(name).Lock(ctx))
+		if !must(c.Mutex(name).ForceUnlock(ctx)) {
+			t.Fatalf("%s: ForceUnlock found no lock", name)
+		}
+		expect("ForceUnlock", "0")
+		// A Go waiter that gives up leaves the line and publishes 2.
+		other := lock.New(newCC())
+		h := must(other.Mutex(name).Lock(ctx))
+		wctx, cancel := context.WithCancel(ctx)
+		left := make(chan struct{})
+		go func() {
+			defer close(left)
+			_, _ = c.Mutex(name).TryLock(wctx, 10*time.Second, 0)
+		}()
+		for lock.Waiting(c, name) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond) // its attempt put it in line
+		cancel()
+		<-left
+		expect("a waiter leaving the line", "2")
+		noErr(t, h.Unlock(ctx))
+		expect("Unlock", "0")
+		_ = other.Close()
+		_ = ss.Close()
+		_ = ps.Close()
+	}
+
+	// 2. Go waiters behind Redisson holders, many names at once: each wakes
+	// on the SPUBLISH of Redisson's sharded unlock script (no PUBLISH). A Go
+	// waiter looks at a busy lock every 400ms anyway; the unlock comes 150ms
+	// after the waiters are queued, so one woken by that look would take
+	// about 250ms. The second round reuses each slot's idle connection for
+	// another channel of the slot ("{name}:1" shares name's slot), the third
+	// has two channels on each connection.
+	braced := func(round int) []string {
+		var bs []string
+		for _, name := range names {
+			bs = append(bs, fmt.Sprintf("{%s}:%d", name, round))
+		}
+		return bs
+	}
+	rounds := [][]string{names, braced(1), append(braced(2), names...)}
+	redissonUnlock := redis.NewScript(`redis.call('del', KEYS[1]); redis.call('spublish', KEYS[2], ARGV[1]); return 1`)
+	javaID := uuid.NewString()
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop() // on a failure, the waiters still waiting give up
+	var slowest time.Duration
+	for round, names := range rounds {
+		got := make([]chan time.Time, len(names))
+		for i, name := range names {
+			must(raw.HSet(ctx, name, javaID+":1", 1).Result())
+			must(raw.PExpire(ctx, name, 30*time.Second).Result())
+			got[i] = make(chan time.Time, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h, err := c.Mutex(name).TryLock(wctx, 10*time.Second, 0)
+				if err != nil {
+					if wctx.Err() == nil {
+						t.Error(err)
+					}
+					got[i] <- time.Time{}
+					return
+				}
+				got[i] <- time.Now()
+				_ = h.Unlock(ctx)
+			}()
+		}
+		for _, name := range names {
+			for lock.Waiting(c, name) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		time.Sleep(150 * time.Millisecond)
+		for i, name := range names {
+			if n := shardSubs(channel(name)); n != 1 {
+				t.Errorf("round %d, %s: PUBSUB SHARDNUMSUB = %d; want 1 (the Go waiter's sharded subscription)", round, name, n)
+			}
+			sent := time.Now()
+			must(redissonUnlock.Run(ctx, raw, []string{name, channel(name)}, "0").Result())
+			at := <-got[i]
+			if at.IsZero() {
+				t.FailNow()
+			}
+			d := at.Sub(sent)
+			slowest = max(slowest, d)
+			if d > 150*time.Millisecond {
+				t.Fatalf("round %d, %s: the Go waiter got the lock %v after Redisson's sharded unlock; want a wake-up by the SPUBLISH", round, name, d)
+			}
+		}
+	}
+
+	t.Logf("slowest wake-up after a sharded unlock: %v", slowest)
+
+	// The sharded connections close once no one waits.
+	time.Sleep(400 * time.Millisecond)
+	for _, name := range slices.Concat(rounds...) {
+		if n := shardSubs(channel(name)); n != 0 {
+			t.Fatalf("%s: PUBSUB SHARDNUMSUB = %d after the waiters left; want 0", name, n)
+		}
+	}
 }
