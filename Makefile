@@ -24,6 +24,9 @@ build:
 	$(GO) build -o bin/stock ./cmd/stock
 
 ## run: migrate and serve against the local MySQL and Redis
+# A development secret for the buyers' tokens unless STOCK_JWT_SECRET is set;
+# `./bin/stock token --buyer u-1` mints one with it.
+export STOCK_JWT_SECRET ?= dev-jwt-secret-change-me-0123456789
 run: build
 	./bin/stock migrate
 	./bin/stock serve

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -54,6 +55,12 @@ type config struct {
 	RateIPBurst    int
 	RateFailOpen   bool
 	TrustedProxies []string
+	// Buyers' tokens: HS256 with JWTSecret and/or EdDSA/RS256 with the PEM
+	// public key in JWTPublicKeyFile; iss and aud checked when set.
+	JWTSecret        string
+	JWTPublicKeyFile string
+	JWTIssuer        string
+	JWTAudience      string
 	// CriticalDelay pauses inside the critical section, before COMMIT. For
 	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
 	CriticalDelay time.Duration
@@ -92,6 +99,13 @@ func parseConfig(getenv func(string) string) (config, error) {
 		MaxInflight:       p.integer("STOCK_MAX_INFLIGHT", 5000, 0, 1_000_000),
 		RateIP:            p.integer("STOCK_RATE_IP", 0, 0, 1_000_000),
 		RateIPBurst:       p.integer("STOCK_RATE_IP_BURST", 0, 0, 1_000_000),
+		JWTSecret:         p.str("STOCK_JWT_SECRET", ""),
+		JWTPublicKeyFile:  p.str("STOCK_JWT_PUBLIC_KEY_FILE", ""),
+		JWTIssuer:         p.str("STOCK_JWT_ISSUER", ""),
+		JWTAudience:       p.str("STOCK_JWT_AUDIENCE", ""),
+	}
+	if c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecret {
+		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))
 	}
 	if c.RateIPBurst == 0 {
 		c.RateIPBurst = c.RateIP

@@ -112,6 +112,7 @@ func TestLogIsJSONWithRedisDown(t *testing.T) {
 		req, _ := http.NewRequest("POST", url+"/v1/orders", strings.NewReader(`{"sku":"A","quantity":1}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", fmt.Sprint("k", i))
+		req.Header.Set("Authorization", "Bearer "+testToken(t, "buyer-1"))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

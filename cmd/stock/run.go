@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"os/signal"
 	"sync"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/handler"
 	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/metrics"
@@ -31,10 +34,13 @@ import (
 // maxHeaderBytes is the limit on a request's headers, all included.
 const maxHeaderBytes = 16 << 10
 
-const usage = `usage: stock [serve|migrate]
+const usage = `usage: stock [serve|migrate|token --buyer ID [--ttl 1h]]
 
   serve     run the HTTP API (the default)
   migrate   create the database if needed and apply the migrations
+  token     print a buyer's bearer token signed with STOCK_JWT_SECRET (for
+            local use and load tests; production tokens come from your
+            identity provider)
 
 Configuration is read from STOCK_* environment variables; see README.md.`
 
@@ -49,10 +55,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, usage)
 		return nil
 	case "serve", "migrate":
+	case "token":
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}
-	if len(args) > 2 {
+	if len(args) > 2 && cmd != "token" {
 		return fmt.Errorf("unexpected arguments %q\n%s", args[2:], usage)
 	}
 	cfg, err := parseConfig(getenv)
@@ -70,8 +77,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// lines into this process's structured log.
 	redisLog.Store(log)
 	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{}) })
-	if cmd == "migrate" {
+	switch cmd {
+	case "migrate":
 		return migrate(ctx, cfg, stdout)
+	case "token":
+		return token(cfg, args[2:], stdout)
 	}
 	return serve(ctx, cfg, log, stdout)
 }
@@ -107,6 +117,47 @@ func mysqlStartErr(dsn string, err error) error {
 	return fmt.Errorf("MySQL at %s (STOCK_MYSQL_DSN): %w", addr, err)
 }
 
+// token prints a bearer token for a buyer: stock token --buyer ID [--ttl 1h].
+func token(cfg config, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("stock token", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	buyer := fs.String("buyer", "", "the buyer id (the token's sub)")
+	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid")
+	if err := fs.Parse(args); err != nil || *buyer == "" || *ttl <= 0 || fs.NArg() > 0 {
+		return fmt.Errorf("token: want --buyer ID [--ttl 1h]\n%s", usage)
+	}
+	if cfg.JWTSecret == "" {
+		return errors.New("token: STOCK_JWT_SECRET is not set")
+	}
+	tok, err := auth.Mint([]byte(cfg.JWTSecret), *buyer, *ttl, cfg.JWTIssuer, cfg.JWTAudience)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}
+
+// verifier builds the buyers' token verifier from the settings.
+func verifier(cfg config) (*auth.Verifier, error) {
+	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}
+	if cfg.JWTSecret != "" {
+		ac.Secret = []byte(cfg.JWTSecret)
+	}
+	if cfg.JWTPublicKeyFile != "" {
+		b, err := os.ReadFile(cfg.JWTPublicKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("STOCK_JWT_PUBLIC_KEY_FILE: %w", err)
+		}
+		if ac.PublicKey, err = auth.ParsePublicKey(b); err != nil {
+			return nil, fmt.Errorf("STOCK_JWT_PUBLIC_KEY_FILE: %w", err)
+		}
+	}
+	if ac.Secret == nil && ac.PublicKey == nil {
+		return nil, errors.New("set STOCK_JWT_SECRET or STOCK_JWT_PUBLIC_KEY_FILE: orders need buyers' bearer tokens")
+	}
+	return auth.NewVerifier(ac)
+}
+
 func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
 	if err := repo.EnsureDatabase(ctx, cfg.MySQLDSN); err != nil {
 		return mysqlStartErr(cfg.MySQLDSN, err)
@@ -127,6 +178,10 @@ func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
 func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	tokens, err := verifier(cfg)
+	if err != nil {
+		return err
+	}
 
 	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns})
 	if err != nil {
@@ -188,6 +243,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 			{Name: "mysql", Required: true, Fn: store.Ping},
 			{Name: "redis", Required: usesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
+		Tokens:         tokens,
 		MaxInflight:    int64(cfg.MaxInflight),
 		TrustedProxies: cfg.TrustedProxies,
 		ServeMetrics:   cfg.MetricsPublic,

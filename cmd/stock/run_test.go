@@ -17,13 +17,33 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/testserver"
 )
 
 func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
 
+// testJWTSecret signs the buyers' tokens of the instances these tests start.
+const testJWTSecret = "cmd-test-jwt-secret-at-least-32-bytes"
+
+// testToken mints a buyer's token with testJWTSecret.
+func testToken(t testing.TB, buyer string) string {
+	t.Helper()
+	tok, err := auth.Mint([]byte(testJWTSecret), buyer, time.Hour, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// env is a getenv of m, with a JWT secret unless m sets one (to "" for none).
 func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
+	return func(k string) string {
+		if v, ok := m[k]; ok || k != "STOCK_JWT_SECRET" {
+			return v
+		}
+		return testJWTSecret
+	}
 }
 
 func TestConfigErrorsNameTheVariable(t *testing.T) {
@@ -112,7 +132,7 @@ func TestMigrateIsIdempotentAndServeRefusesUnmigrated(t *testing.T) {
 		if err := run(ctx, []string{"stock", "migrate"}, env(vars), &out, io.Discard); err != nil {
 			t.Fatalf("migrate #%d = %v", i+1, err)
 		}
-		if !strings.Contains(out.String(), "schema at version 1") {
+		if !strings.Contains(out.String(), "schema at version 2") {
 			t.Fatalf("migrate #%d printed %q", i+1, out.String())
 		}
 	}
@@ -182,6 +202,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 			for j := 0; ; j++ {
 				key := fmt.Sprintf("g%d-%d", i, j)
 				req, _ := http.NewRequest("POST", url+"/v1/orders", strings.NewReader(fmt.Sprintf(`{"sku":%q,"quantity":1}`, sku)))
+				req.Header.Set("Authorization", "Bearer "+testToken(t, "buyer-1"))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Idempotency-Key", key)
 				resp, err := client.Do(req)
@@ -290,7 +311,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		go func() { // body one byte at a time
 			defer wg.Done()
 			body := `{"sku":"SKU-1","quantity":1}` + strings.Repeat(" ", 40)
-			if _, err := trickle(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: slow\r\nContent-Length: %d\r\n\r\n", len(body)), body); err != nil {
+			if _, err := trickle(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: slow\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", testToken(t, "slow"), len(body)), body); err != nil {
 				errs <- fmt.Errorf("body trickle: %w", err)
 			}
 		}()

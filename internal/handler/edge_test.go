@@ -71,6 +71,9 @@ func newEdge(t *testing.T, cfg Config, svc Service) *edge {
 	if cfg.AdminToken == "" {
 		cfg.AdminToken = "admin-secret"
 	}
+	if cfg.Tokens == nil {
+		cfg.Tokens = fakeTokens{}
+	}
 	h, err := New(cfg, svc, log, metrics.New(reg), reg)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +88,9 @@ func (e *edge) do(method, path, body string, hdr ...string) *httptest.ResponseRe
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	if req.Header.Get("Authorization") == "" && strings.HasPrefix(path, "/v1/orders") {
+		req.Header.Set("Authorization", "Bearer tok:u1")
 	}
 	rec := httptest.NewRecorder()
 	e.h.ServeHTTP(rec, req)
@@ -213,7 +219,7 @@ func TestSlowBodyIs408(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: k\r\nContent-Length: 40\r\n\r\n{\"sku\":")
+	fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: k\r\nAuthorization: Bearer tok:u1\r\nContent-Length: 40\r\n\r\n{\"sku\":")
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/handler"
 	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/metrics"
@@ -37,6 +38,30 @@ func TestMain(m *testing.M) {
 }
 
 const adminToken = "test-admin-token"
+
+// jwtSecret signs the buyers' tokens of the test instances.
+var jwtSecret = []byte("test-jwt-secret-of-at-least-32-bytes!")
+
+var testTokens = func() *auth.Verifier {
+	v, err := auth.NewVerifier(auth.Config{Secret: jwtSecret})
+	if err != nil {
+		panic(err)
+	}
+	return v
+}()
+
+// testBuyer is the buyer of requests that name none.
+const testBuyer = "test-buyer"
+
+// tokenFor mints a token for buyer.
+func tokenFor(t testing.TB, buyer string) string {
+	t.Helper()
+	tok, err := auth.Mint(jwtSecret, buyer, time.Hour, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
 
 // db is one test database, migrated with the real migrations/.
 type db struct {
@@ -113,7 +138,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	if o.noAdmin {
 		token = ""
 	}
-	h, err := handler.New(handler.Config{AdminToken: token, ServeMetrics: true, Checks: []handler.Check{
+	h, err := handler.New(handler.Config{AdminToken: token, ServeMetrics: true, Tokens: testTokens, Checks: []handler.Check{
 		{Name: "mysql", Required: true, Fn: d.store.Ping},
 		{Name: "redis", Required: o.reject, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 	}}, svc, nil, m, reg)
@@ -164,7 +189,14 @@ func do(t testing.TB, method, url string, header map[string]string, body string)
 		t.Fatal(err)
 	}
 	for k, v := range header {
-		req.Header.Set(k, v)
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	// Order routes need a buyer: the test buyer unless the caller set
+	// Authorization (to "" for none).
+	if _, set := header["Authorization"]; !set && strings.Contains(url, "/v1/orders") {
+		req.Header.Set("Authorization", "Bearer "+tokenFor(t, testBuyer))
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -104,10 +105,25 @@ func (a acceptAll) Place(_ context.Context, r service.PlaceRequest) (service.Ord
 	}
 	return service.Order{ID: 1, Key: r.Key, SKU: r.SKU, Quantity: r.Quantity}, false, nil
 }
-func (acceptAll) Order(context.Context, int64) (service.Order, error)  { return service.Order{}, nil }
+func (acceptAll) Order(context.Context, string, int64) (service.Order, error) {
+	return service.Order{}, nil
+}
+func (acceptAll) Orders(context.Context, string, string, int64, int) ([]service.Order, error) {
+	return nil, nil
+}
 func (acceptAll) Stock(context.Context, string) (service.Stock, error) { return service.Stock{}, nil }
-func (acceptAll) SetStock(context.Context, string, int64) (service.Stock, error) {
+func (acceptAll) SetStock(context.Context, string, int64, int64) (service.Stock, error) {
 	return service.Stock{}, nil
+}
+
+// fakeTokens accepts "tok:<buyer>" as buyer's token.
+type fakeTokens struct{}
+
+func (fakeTokens) Verify(tok string) (string, error) {
+	if b, ok := strings.CutPrefix(tok, "tok:"); ok && b != "" {
+		return b, nil
+	}
+	return "", errors.New("fake: bad token")
 }
 func (acceptAll) Audit(context.Context, string) (service.Audit, error) { return service.Audit{}, nil }
 
@@ -119,7 +135,7 @@ func FuzzPlaceOrder(f *testing.F) {
 	}
 	f.Add("", `{"sku":"SKU-1","quantity":1}`)
 	f.Add("bad key", `{"sku":"SKU-1","quantity":1}`)
-	h, err := New(Config{}, acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)},
+	h, err := New(Config{Tokens: fakeTokens{}}, acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)},
 		slog.New(slog.DiscardHandler), nil, prometheus.NewRegistry())
 	if err != nil {
 		f.Fatal(err)
@@ -131,6 +147,7 @@ func FuzzPlaceOrder(f *testing.F) {
 		req := httptest.NewRequest("POST", "/v1/orders", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer tok:u1")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		switch rec.Code {
@@ -162,7 +179,7 @@ func (r recording) Place(ctx context.Context, p service.PlaceRequest) (service.O
 	return o, rep, err
 }
 
-func (r recording) SetStock(ctx context.Context, sku string, n int64) (service.Stock, error) {
+func (r recording) SetStock(ctx context.Context, sku string, n, _ int64) (service.Stock, error) {
 	if !service.ValidKey(sku) || n < 0 || n > service.MaxStock {
 		return service.Stock{}, service.ErrInvalid
 	}
@@ -175,6 +192,8 @@ func (r recording) SetStock(ctx context.Context, sku string, n int64) (service.S
 // metric series stay bounded (labels from closed sets).
 func FuzzRouter(f *testing.F) {
 	f.Add("POST", "/v1/orders", "Idempotency-Key", "k-1", `{"sku":"SKU-1","quantity":1}`)
+	f.Add("POST", "/v1/orders", "Authorization", "Bearer tok:u1", `{"sku":"SKU-1","quantity":1}`)
+	f.Add("GET", "/v1/orders", "Authorization", "Bearer tok:u1", ``)
 	f.Add("PUT", "/v1/admin/stock/SKU-1", "Authorization", "Bearer admin-secret", `{"available":5}`)
 	f.Add("PUT", "/v1/admin/stock/SKU-1", "Authorization", "bearer nope", `{"available":5}`)
 	f.Add("GET", "/v1/orders/12", "X-Request-Id", "abc", ``)
@@ -184,7 +203,7 @@ func FuzzRouter(f *testing.F) {
 	f.Add("GET", "/v1/admin/stock/A/audit", "Authorization", "Bearer admin-secret", ``)
 	var writes atomic.Int64
 	reg := prometheus.NewRegistry()
-	h, err := New(Config{AdminToken: "admin-secret", ServeMetrics: true}, recording{acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)}, &writes},
+	h, err := New(Config{AdminToken: "admin-secret", ServeMetrics: true, Tokens: fakeTokens{}}, recording{acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)}, &writes},
 		slog.New(slog.DiscardHandler), metrics.New(reg), reg)
 	if err != nil {
 		f.Fatal(err)

@@ -43,7 +43,7 @@ func (h *Handler) placeOrder(c *gin.Context) {
 	// Out-of-range values are clamped into one the service refuses with its
 	// own rule (1..STOCK_MAX_QUANTITY), so the client is told the real range.
 	q := int(min(max(*req.Quantity, 0), 1<<31))
-	o, replayed, err := h.svc.Place(c.Request.Context(), service.PlaceRequest{Key: key, SKU: *req.SKU, Quantity: q})
+	o, replayed, err := h.svc.Place(c.Request.Context(), service.PlaceRequest{Buyer: buyer(c), Key: key, SKU: *req.SKU, Quantity: q})
 	if err != nil {
 		_ = c.Error(err)
 		return
@@ -63,10 +63,51 @@ func (h *Handler) getOrder(c *gin.Context) {
 		_ = c.Error(fmt.Errorf("%w: order id must be a positive integer", service.ErrInvalid))
 		return
 	}
-	o, err := h.svc.Order(c.Request.Context(), id)
+	o, err := h.svc.Order(c.Request.Context(), buyer(c), id)
 	if err != nil {
 		_ = c.Error(err)
 		return
 	}
 	writeJSON(c, http.StatusOK, o)
+}
+
+// orderPage is a page of the caller's orders; NextCursor, when set, fetches
+// the next (older) page.
+type orderPage struct {
+	Orders     []service.Order `json:"orders"`
+	NextCursor string          `json:"next_cursor,omitempty"`
+}
+
+func (h *Handler) listOrders(c *gin.Context) {
+	limit := 20
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			_ = c.Error(fmt.Errorf("%w: limit must be an integer from 1 to %d", service.ErrInvalid, service.MaxPage))
+			return
+		}
+		limit = n
+	}
+	var before int64
+	if v := c.Query("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			_ = c.Error(fmt.Errorf("%w: the cursor is not valid", service.ErrInvalid))
+			return
+		}
+		before = n
+	}
+	os, err := h.svc.Orders(c.Request.Context(), buyer(c), c.Query("sku"), before, limit)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	page := orderPage{Orders: os}
+	if page.Orders == nil {
+		page.Orders = []service.Order{}
+	}
+	if len(os) == limit {
+		page.NextCursor = strconv.FormatInt(os[len(os)-1].ID, 10)
+	}
+	writeJSON(c, http.StatusOK, page)
 }

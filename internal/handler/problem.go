@@ -2,6 +2,7 @@ package handler
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -18,6 +19,10 @@ type Problem struct {
 	Status   int    `json:"status"`
 	Detail   string `json:"detail,omitempty"`
 	Instance string `json:"instance,omitempty"`
+	// Limit and Remaining, for limit-exceeded: the SKU's per-buyer limit and
+	// what the buyer may still order.
+	Limit     *int64 `json:"limit,omitempty"`
+	Remaining *int64 `json:"remaining,omitempty"`
 }
 
 // ProblemBase prefixes every problem type URI; the last segment is the stable kind.
@@ -54,6 +59,7 @@ var problems = []kind{
 	{errBodyTimeout, http.StatusRequestTimeout, "request-timeout", "The request body was not received in time", false, false},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "body-too-large", "The request body is too large", false, true},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported-media-type", "The body must be application/json", false, true},
+	{errInvalidToken, http.StatusUnauthorized, "invalid-token", "A valid buyer bearer token is required", false, false},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Admin token missing or wrong", false, false},
 	{errAdminDisabled, http.StatusForbidden, "admin-disabled", "The admin API is disabled", false, false},
 	{errRouteNotFound, http.StatusNotFound, "not-found", "No such resource", false, false},
@@ -61,6 +67,7 @@ var problems = []kind{
 	{service.ErrUnknownSKU, http.StatusNotFound, "unknown-sku", "Unknown SKU", false, false},
 	{service.ErrOrderNotFound, http.StatusNotFound, "order-not-found", "No such order", false, false},
 	{service.ErrSoldOut, http.StatusConflict, "sold-out", "Sold out", false, false},
+	{service.ErrLimitExceeded, http.StatusConflict, "limit-exceeded", "The order would exceed the per-buyer limit of this SKU", false, false},
 	{service.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with a different request", false, false},
 	{errRateLimited, http.StatusTooManyRequests, "rate-limited", "Too many requests from this client, retry later", false, false},
 	{errOverloaded, http.StatusServiceUnavailable, "overloaded", "The instance is serving too many requests, retry later", true, false},
@@ -94,6 +101,12 @@ func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
 		p := Problem{Type: ProblemBase + k.kind, Title: k.title, Status: k.status, Instance: c.Request.URL.Path}
 		if k.showCause {
 			p.Detail = clientDetail(err, k.err)
+		}
+		var le *service.LimitError
+		if errors.As(err, &le) {
+			limit, left := le.Limit, le.Remaining()
+			p.Limit, p.Remaining = &limit, &left
+			p.Detail = fmt.Sprintf("at most %d per buyer; %d left for you", limit, left)
 		}
 		if k.status >= 500 && !errors.Is(err, errOverloaded) {
 			log.Error("request failed", "method", methodLabel(c.Request.Method), "route", c.FullPath(), "status", k.status,

@@ -34,6 +34,7 @@ func TestTimedOutClientsRetrySameKey(t *testing.T) {
 			for try := 0; try < 200; try++ {
 				req, _ := http.NewRequest("POST", ins[try%2].url+"/v1/orders", strings.NewReader(`{"sku":"TO","quantity":1}`))
 				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+tokenFor(t, testBuyer))
 				req.Header.Set("Idempotency-Key", key)
 				client := impatient
 				if try > 20 {
@@ -103,6 +104,7 @@ func TestGivingUpInLineWritesNothing(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	req, _ := http.NewRequest("POST", in.url+"/v1/orders", strings.NewReader(`{"sku":"GL","quantity":1}`))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tokenFor(t, testBuyer))
 	req.Header.Set("Idempotency-Key", "gl-quitter")
 	if _, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
 		t.Fatal("the impatient request was answered within 50ms; the test needs it to time out in line")

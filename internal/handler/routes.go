@@ -20,17 +20,21 @@ import (
 // Service is what the handler calls.
 type Service interface {
 	Place(ctx context.Context, r service.PlaceRequest) (service.Order, bool, error)
-	Order(ctx context.Context, id int64) (service.Order, error)
+	Order(ctx context.Context, buyer string, id int64) (service.Order, error)
+	Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error)
 	Stock(ctx context.Context, sku string) (service.Stock, error)
-	SetStock(ctx context.Context, sku string, available int64) (service.Stock, error)
+	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (service.Stock, error)
 	Audit(ctx context.Context, sku string) (service.Audit, error)
 }
 
 // Config configures the handler.
 type Config struct {
-	AdminToken string  // empty: admin API off (403)
-	MaxBody    int64   // request body limit in bytes (default 4096)
-	Checks     []Check // readiness checks
+	AdminToken string // empty: admin API off (403)
+	// Tokens verifies buyers' bearer tokens; the order routes need one
+	// (without it, every order request is 401).
+	Tokens  TokenVerifier
+	MaxBody int64   // request body limit in bytes (default 4096)
+	Checks  []Check // readiness checks
 	// MaxInflight caps the requests served at once (probes not counted);
 	// past it a request is answered 503 at once. 0: no cap.
 	MaxInflight int64
@@ -54,6 +58,7 @@ type Handler struct {
 	adminToken string
 	maxBody    int64
 	checks     []Check
+	tokens     TokenVerifier
 	log        *slog.Logger
 	budget     *logBudget
 }
@@ -71,7 +76,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		log = slog.New(slog.DiscardHandler)
 	}
 	budget := &logBudget{perSec: int64(cfg.LogBudget)}
-	h := &Handler{svc: svc, adminToken: cfg.AdminToken, maxBody: cfg.MaxBody, checks: cfg.Checks, log: log, budget: budget}
+	h := &Handler{svc: svc, adminToken: cfg.AdminToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
@@ -97,8 +102,9 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	}
 
 	// The whole API.
-	r.POST("/v1/orders", limited(h.placeOrder)...)
-	get(r, "/v1/orders/:id", limited(h.getOrder)...)
+	r.POST("/v1/orders", limited(h.buyerAuth(false), h.placeOrder)...)
+	get(r, "/v1/orders", limited(h.buyerAuth(false), h.listOrders)...)
+	get(r, "/v1/orders/:id", limited(h.buyerAuth(true), h.getOrder)...)
 	get(r, "/v1/stock/:sku", limited(h.getStock)...)
 	admin := r.Group("/v1/admin", h.admin)
 	admin.PUT("/stock/:sku", h.setStock)

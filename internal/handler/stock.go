@@ -22,7 +22,8 @@ func (h *Handler) getStock(c *gin.Context) {
 }
 
 type setStockRequest struct {
-	Available *int64 `json:"available"`
+	Available     *int64 `json:"available"`
+	PerBuyerLimit *int64 `json:"per_buyer_limit"`
 }
 
 func (h *Handler) setStock(c *gin.Context) {
@@ -35,12 +36,16 @@ func (h *Handler) setStock(c *gin.Context) {
 		_ = c.Error(fmt.Errorf("%w: available is required", service.ErrInvalid))
 		return
 	}
-	st, err := h.svc.SetStock(c.Request.Context(), c.Param("sku"), *req.Available)
+	var limit int64 // absent: no limit
+	if req.PerBuyerLimit != nil {
+		limit = *req.PerBuyerLimit
+	}
+	st, err := h.svc.SetStock(c.Request.Context(), c.Param("sku"), *req.Available, limit)
 	if err != nil {
 		_ = c.Error(err)
 		return
 	}
-	h.log.Info("admin: stock set", "sku", c.Param("sku"), "available", st.Available, "sold", st.Sold, "version", st.Version,
+	h.log.Info("admin: stock set", "sku", c.Param("sku"), "available", st.Available, "per_buyer_limit", st.PerBuyerLimit, "sold", st.Sold, "version", st.Version,
 		"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP())
 	writeJSON(c, http.StatusOK, st)
 }

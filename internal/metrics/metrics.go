@@ -13,7 +13,7 @@ import (
 type Metrics struct {
 	Requests        *prometheus.CounterVec   // route, method, status
 	RequestDuration *prometheus.HistogramVec // route, method
-	Orders          *prometheus.CounterVec   // result: created, replayed, sold_out, busy, rejected, lock_lost, error
+	Orders          *prometheus.CounterVec   // result: created, replayed, sold_out, limit_exceeded, busy, rejected, lock_lost, error
 	LockWait        *prometheus.HistogramVec // result: acquired, timeout, error
 	LockHeld        prometheus.Histogram
 	LockResults     *prometheus.CounterVec // result: acquired, timeout, lost, error
@@ -68,7 +68,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Requests, m.RequestDuration, m.Orders, m.LockWait, m.LockHeld, m.LockResults,
 		m.Renewals, m.Conflicts, m.DBOnly, m.BatchSize, m.RateLimits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, r := range []string{"created", "replayed", "sold_out", "busy", "rejected", "lock_lost", "error"} {
+	for _, r := range []string{"created", "replayed", "sold_out", "limit_exceeded", "busy", "rejected", "lock_lost", "error"} {
 		m.Orders.WithLabelValues(r)
 	}
 	for _, r := range []string{"acquired", "timeout", "lost", "error"} {

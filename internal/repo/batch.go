@@ -26,7 +26,7 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		orders, errs = make([]service.Order, len(b.Items)), make([]error, len(b.Items))
 		var rows []stockRow
-		if err := tx.Raw("SELECT available, sold, version FROM stock WHERE sku = ?", b.SKU).Scan(&rows).Error; err != nil {
+		if err := tx.Raw("SELECT "+stockCols+" FROM stock WHERE sku = ?", b.SKU).Scan(&rows).Error; err != nil {
 			return translate(ctx, "read stock", err)
 		}
 		if len(rows) == 0 {
@@ -43,12 +43,25 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 				errs[i] = service.ErrSoldOut
 				continue
 			}
+			if err := takeAllowance(tx, it.Buyer, b.SKU, q, cur.PerBuyerLimit, false); err != nil {
+				var le *service.LimitError
+				if errors.As(err, &le) {
+					errs[i] = err
+					continue
+				}
+				return err
+			}
 			res, err := tx.Statement.ConnPool.ExecContext(ctx,
-				"INSERT INTO orders (idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-				it.Key, it.RequestHash, b.SKU, it.Quantity, b.Fence, now)
+				"INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+				it.Buyer, it.Key, it.RequestHash, b.SKU, it.Quantity, b.Fence, now)
 			var me *mysql.MySQLError
 			if errors.As(err, &me) && me.Number == 1062 {
 				errs[i] = service.ErrDuplicateKey
+				if cur.PerBuyerLimit > 0 { // give back what takeAllowance took for it
+					if err := tx.Exec("UPDATE buyer_purchases SET quantity = quantity - ? WHERE buyer = ? AND sku = ?", q, it.Buyer, b.SKU).Error; err != nil {
+						return translate(ctx, "give back allowance", err)
+					}
+				}
 				continue
 			}
 			if err != nil {
@@ -59,7 +72,7 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 				return translate(ctx, "order id", err)
 			}
 			fence := b.Fence
-			orders[i] = service.Order{ID: id, Key: it.Key, SKU: b.SKU, Quantity: it.Quantity, Fence: &fence, CreatedAt: now, RequestHash: it.RequestHash}
+			orders[i] = service.Order{ID: id, Buyer: it.Buyer, Key: it.Key, SKU: b.SKU, Quantity: it.Quantity, Fence: &fence, CreatedAt: now, RequestHash: it.RequestHash}
 			left -= q
 			total += q
 			if ledger.Len() > 0 {

@@ -14,6 +14,7 @@ import (
 
 type orderRow struct {
 	ID             int64
+	Buyer          string
 	IdempotencyKey string
 	RequestHash    string
 	SKU            string `gorm:"column:sku"`
@@ -23,7 +24,7 @@ type orderRow struct {
 }
 
 func (r orderRow) order() service.Order {
-	o := service.Order{ID: r.ID, Key: r.IdempotencyKey, SKU: r.SKU, Quantity: r.Quantity, CreatedAt: r.CreatedAt, RequestHash: r.RequestHash}
+	o := service.Order{ID: r.ID, Buyer: r.Buyer, Key: r.IdempotencyKey, SKU: r.SKU, Quantity: r.Quantity, CreatedAt: r.CreatedAt, RequestHash: r.RequestHash}
 	if r.Fence.Valid {
 		f := r.Fence.Int64
 		o.Fence = &f
@@ -31,12 +32,12 @@ func (r orderRow) order() service.Order {
 	return o
 }
 
-const orderCols = "id, idempotency_key, request_hash, sku, quantity, fence, created_at"
+const orderCols = "id, buyer, idempotency_key, request_hash, sku, quantity, fence, created_at"
 
-// OrderByKey returns the order placed with an idempotency key, or
+// OrderByKey returns the order the buyer placed with an idempotency key, or
 // service.ErrOrderNotFound; other errors wrap service.ErrUnavailable.
-func (s *Store) OrderByKey(ctx context.Context, key string) (service.Order, error) {
-	return s.findOrder(ctx, "idempotency_key = ?", key)
+func (s *Store) OrderByKey(ctx context.Context, buyer, key string) (service.Order, error) {
+	return s.findOrder(ctx, "buyer = ? AND idempotency_key = ?", buyer, key)
 }
 
 // Order returns an order by id, or service.ErrOrderNotFound.
@@ -44,9 +45,35 @@ func (s *Store) Order(ctx context.Context, id int64) (service.Order, error) {
 	return s.findOrder(ctx, "id = ?", id)
 }
 
-func (s *Store) findOrder(ctx context.Context, where string, arg any) (service.Order, error) {
+// Orders returns the buyer's orders (of sku, unless ""), newest first, with
+// ids below before (0: from the newest), at most limit.
+func (s *Store) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error) {
+	q := "SELECT " + orderCols + " FROM orders WHERE buyer = ?"
+	args := []any{buyer}
+	if sku != "" {
+		q += " AND sku = ?"
+		args = append(args, sku)
+	}
+	if before > 0 {
+		q += " AND id < ?"
+		args = append(args, before)
+	}
+	q += " ORDER BY id DESC LIMIT ?"
+	args = append(args, limit)
 	var rows []orderRow
-	err := s.db.WithContext(ctx).Raw("SELECT "+orderCols+" FROM orders WHERE "+where, arg).Scan(&rows).Error
+	if err := s.db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		return nil, translate(ctx, "list orders", err)
+	}
+	out := make([]service.Order, len(rows))
+	for i, r := range rows {
+		out[i] = r.order()
+	}
+	return out, nil
+}
+
+func (s *Store) findOrder(ctx context.Context, where string, args ...any) (service.Order, error) {
+	var rows []orderRow
+	err := s.db.WithContext(ctx).Raw("SELECT "+orderCols+" FROM orders WHERE "+where, args...).Scan(&rows).Error
 	if err != nil {
 		return service.Order{}, translate(ctx, "find order", err)
 	}
@@ -87,7 +114,7 @@ func (s *Store) Deduct(ctx context.Context, d service.Deduction) (service.Order,
 // isServiceErr reports an error the transaction body returned on purpose.
 func isServiceErr(err error) bool {
 	for _, e := range []error{service.ErrSoldOut, service.ErrUnknownSKU, service.ErrConflict, service.ErrDuplicateKey,
-		service.ErrLockLost, service.ErrUnavailable, service.ErrBusy} {
+		service.ErrLockLost, service.ErrUnavailable, service.ErrBusy, service.ErrLimitExceeded} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -96,9 +123,64 @@ func isServiceErr(err error) bool {
 }
 
 type stockRow struct {
-	Available int64
-	Sold      int64
-	Version   int64
+	Available     int64
+	Sold          int64
+	Version       int64
+	PerBuyerLimit int64
+}
+
+const stockCols = "available, sold, version, per_buyer_limit"
+
+// takeAllowance records q more units for buyer of sku, unless that would
+// take the buyer past limit (0: no limit), in one statement whose row lock
+// serializes the buyer's concurrent orders: the database itself enforces the
+// limit. With plain (the unsafe strategies) it reads, checks and writes an
+// absolute value instead, which concurrent orders of one buyer can overrun.
+// It returns a *service.LimitError when refused.
+func takeAllowance(tx *gorm.DB, buyer, sku string, q, limit int64, plain bool) error {
+	ctx := tx.Statement.Context
+	if limit <= 0 {
+		return nil
+	}
+	if plain {
+		var held []int64
+		if err := tx.Raw("SELECT quantity FROM buyer_purchases WHERE buyer = ? AND sku = ?", buyer, sku).Scan(&held).Error; err != nil {
+			return translate(ctx, "read allowance", err)
+		}
+		h := int64(0)
+		if len(held) > 0 {
+			h = held[0]
+		}
+		if h+q > limit {
+			return &service.LimitError{Limit: limit, Held: h, Requested: q}
+		}
+		err := tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE quantity = ?",
+			buyer, sku, h+q, h+q).Error
+		return translate(ctx, "write allowance", err)
+	}
+	if q > limit {
+		return &service.LimitError{Limit: limit, Requested: q}
+	}
+	// Affected rows: 1 inserted, 2 updated, 0 left as it was (refused).
+	res := tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) VALUES (?, ?, ?) "+
+		"ON DUPLICATE KEY UPDATE quantity = IF(quantity + ? <= ?, quantity + ?, quantity)", buyer, sku, q, q, limit, q)
+	if res.Error != nil {
+		return translate(ctx, "take allowance", res.Error)
+	}
+	if res.RowsAffected > 0 {
+		return nil
+	}
+	// A locking read: the row's latest value (the upsert holds its lock), not
+	// this transaction's older snapshot.
+	var held []int64
+	if err := tx.Raw("SELECT quantity FROM buyer_purchases WHERE buyer = ? AND sku = ? FOR UPDATE", buyer, sku).Scan(&held).Error; err != nil {
+		return translate(ctx, "read allowance", err)
+	}
+	le := &service.LimitError{Limit: limit, Requested: q}
+	if len(held) > 0 {
+		le.Held = held[0]
+	}
+	return le
 }
 
 func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
@@ -106,7 +188,7 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	q := int64(d.Quantity)
 	var cur stockRow
 	if d.Write != service.WriteConditional {
-		read := "SELECT available, sold, version FROM stock WHERE sku = ?"
+		read := "SELECT " + stockCols + " FROM stock WHERE sku = ?"
 		if d.Write == service.WriteForUpdate {
 			read += " FOR UPDATE"
 		}
@@ -121,18 +203,33 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		if cur.Available < q {
 			return service.Order{}, service.ErrSoldOut
 		}
+	} else {
+		// The conditional UPDATE reads nothing first; the limit is read here
+		// (a plain read: a limit changed by the admin meanwhile applies to
+		// the orders that read it after the change).
+		var lim []int64
+		if err := tx.Raw("SELECT per_buyer_limit FROM stock WHERE sku = ?", d.SKU).Scan(&lim).Error; err != nil {
+			return service.Order{}, translate(ctx, "read stock", err)
+		}
+		if len(lim) == 0 {
+			return service.Order{}, service.ErrUnknownSKU
+		}
+		cur.PerBuyerLimit = lim[0]
+	}
+	if err := takeAllowance(tx, d.Buyer, d.SKU, q, cur.PerBuyerLimit, d.Write == service.WritePlain); err != nil {
+		return service.Order{}, err
 	}
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	row := orderRow{IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity, CreatedAt: now}
+	row := orderRow{Buyer: d.Buyer, IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity, CreatedAt: now}
 	if d.Fence != nil {
 		row.Fence = sql.NullInt64{Int64: *d.Fence, Valid: true}
 	}
 	// Through the transaction's connection directly, for LastInsertId: one
 	// round trip fewer than SELECT LAST_INSERT_ID().
 	res, err := tx.Statement.ConnPool.ExecContext(ctx,
-		"INSERT INTO orders (idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-		row.IdempotencyKey, row.RequestHash, row.SKU, row.Quantity, row.Fence, row.CreatedAt)
+		"INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+		row.Buyer, row.IdempotencyKey, row.RequestHash, row.SKU, row.Quantity, row.Fence, row.CreatedAt)
 	if err != nil {
 		return service.Order{}, translate(ctx, "insert order", err)
 	}

@@ -30,18 +30,18 @@ func TestDeductBatchFillsInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	if _, err := s.SetStock(ctx, "B", 5); err != nil {
+	if _, err := s.SetStock(ctx, "B", 5, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Deduct(ctx, service.Deduction{Key: "old", RequestHash: "h", SKU: "B", Quantity: 1, Write: service.WriteConditional}); err != nil {
+	if _, err := s.Deduct(ctx, service.Deduction{Buyer: "b1", Key: "old", RequestHash: "h", SKU: "B", Quantity: 1, Write: service.WriteConditional}); err != nil {
 		t.Fatal(err)
 	}
 	items := []service.BatchItem{
-		{Key: "k1", RequestHash: "h1", Quantity: 2},
-		{Key: "old", RequestHash: "h", Quantity: 1}, // exists already
-		{Key: "k2", RequestHash: "h2", Quantity: 2},
-		{Key: "k3", RequestHash: "h3", Quantity: 5}, // does not fit
-		{Key: "k1", RequestHash: "h1", Quantity: 2}, // twice in one batch
+		{Buyer: "b1", Key: "k1", RequestHash: "h1", Quantity: 2},
+		{Buyer: "b1", Key: "old", RequestHash: "h", Quantity: 1}, // exists already
+		{Buyer: "b1", Key: "k2", RequestHash: "h2", Quantity: 2},
+		{Buyer: "b1", Key: "k3", RequestHash: "h3", Quantity: 5}, // does not fit
+		{Buyer: "b1", Key: "k1", RequestHash: "h1", Quantity: 2}, // twice in one batch
 	}
 	orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "B", Items: items, Fence: 7})
 	if err != nil {
@@ -65,7 +65,7 @@ func TestDeductBatchFillsInOrder(t *testing.T) {
 	}
 	// The key twice in one batch: the second is sold out here only because
 	// stock ran out first; with stock left it would be a duplicate.
-	if _, err := s.SetStock(ctx, "B", 10); err != nil {
+	if _, err := s.SetStock(ctx, "B", 10, 0); err != nil {
 		t.Fatal(err)
 	}
 	_, errs, err = s.DeductBatch(ctx, service.Batch{SKU: "B", Items: []service.BatchItem{
@@ -79,17 +79,17 @@ func TestDuplicateKeyIsTranslated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	if _, err := s.SetStock(ctx, "D", 5); err != nil {
+	if _, err := s.SetStock(ctx, "D", 5, 0); err != nil {
 		t.Fatal(err)
 	}
-	d := service.Deduction{Key: "dup", RequestHash: "h", SKU: "D", Quantity: 1, Write: service.WriteConditional}
+	d := service.Deduction{Buyer: "b1", Key: "dup", RequestHash: "h", SKU: "D", Quantity: 1, Write: service.WriteConditional}
 	if _, err := s.Deduct(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Deduct(ctx, d); !errors.Is(err, service.ErrDuplicateKey) {
 		t.Fatalf("second insert of a key = %v; want service.ErrDuplicateKey", err)
 	}
-	if _, err := s.OrderByKey(ctx, "nope"); !errors.Is(err, service.ErrOrderNotFound) {
+	if _, err := s.OrderByKey(ctx, "b1", "nope"); !errors.Is(err, service.ErrOrderNotFound) {
 		t.Fatalf("OrderByKey(nope) = %v; want ErrOrderNotFound", err)
 	}
 	if _, err := s.Stock(ctx, "nope"); !errors.Is(err, service.ErrUnknownSKU) {
@@ -111,21 +111,21 @@ func TestPrecheck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	if _, _, err := s.Precheck(ctx, "P", "k"); !errors.Is(err, service.ErrUnknownSKU) {
+	if _, _, err := s.Precheck(ctx, "P", "b1", "k"); !errors.Is(err, service.ErrUnknownSKU) {
 		t.Fatalf("Precheck of an unknown SKU = %v; want ErrUnknownSKU", err)
 	}
-	if _, err := s.SetStock(ctx, "P", 4); err != nil {
+	if _, err := s.SetStock(ctx, "P", 4, 0); err != nil {
 		t.Fatal(err)
 	}
-	st, o, err := s.Precheck(ctx, "P", "k")
+	st, o, err := s.Precheck(ctx, "P", "b1", "k")
 	if err != nil || o != nil || st.Available != 4 {
 		t.Fatalf("Precheck before the order = %+v, %v, %v; want available 4, no order", st, o, err)
 	}
-	placed, err := s.Deduct(ctx, service.Deduction{Key: "k", RequestHash: "h", SKU: "P", Quantity: 3, Write: service.WriteConditional})
+	placed, err := s.Deduct(ctx, service.Deduction{Buyer: "b1", Key: "k", RequestHash: "h", SKU: "P", Quantity: 3, Write: service.WriteConditional})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, o, err = s.Precheck(ctx, "P", "k")
+	st, o, err = s.Precheck(ctx, "P", "b1", "k")
 	if err != nil || o == nil || st.Available != 1 {
 		t.Fatalf("Precheck after the order = %+v, %v, %v", st, o, err)
 	}

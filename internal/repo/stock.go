@@ -13,30 +13,34 @@ import (
 // Stock returns the stock row of sku, or service.ErrUnknownSKU.
 func (s *Store) Stock(ctx context.Context, sku string) (service.Stock, error) {
 	var rows []stockRow
-	if err := s.db.WithContext(ctx).Raw("SELECT available, sold, version FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw("SELECT "+stockCols+" FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
 		return service.Stock{}, translate(ctx, "read stock", err)
 	}
 	if len(rows) == 0 {
 		return service.Stock{}, service.ErrUnknownSKU
 	}
-	return service.Stock{SKU: sku, Available: rows[0].Available, Sold: rows[0].Sold, Version: rows[0].Version}, nil
+	return rows[0].stock(sku), nil
 }
 
-// Precheck reads the stock row of sku and the order of key, if any, in one
-// statement (one round trip, one snapshot). It returns service.ErrUnknownSKU
-// for an unknown SKU.
-func (s *Store) Precheck(ctx context.Context, sku, key string) (service.Stock, *service.Order, error) {
+func (r stockRow) stock(sku string) service.Stock {
+	return service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit}
+}
+
+// Precheck reads the stock row of sku and the buyer's order of key, if any,
+// in one statement (one round trip, one snapshot). It returns
+// service.ErrUnknownSKU for an unknown SKU.
+func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.Stock, *service.Order, error) {
 	var rows []struct {
-		Available, Sold, Version int64
-		OID                      sql.NullInt64  `gorm:"column:oid"`
-		OSKU                     sql.NullString `gorm:"column:osku"`
-		RequestHash              sql.NullString `gorm:"column:request_hash"`
-		Quantity                 sql.NullInt64  `gorm:"column:quantity"`
-		Fence                    sql.NullInt64  `gorm:"column:fence"`
-		CreatedAt                sql.NullTime   `gorm:"column:created_at"`
+		Available, Sold, Version, PerBuyerLimit int64
+		OID                                     sql.NullInt64  `gorm:"column:oid"`
+		OSKU                                    sql.NullString `gorm:"column:osku"`
+		RequestHash                             sql.NullString `gorm:"column:request_hash"`
+		Quantity                                sql.NullInt64  `gorm:"column:quantity"`
+		Fence                                   sql.NullInt64  `gorm:"column:fence"`
+		CreatedAt                               sql.NullTime   `gorm:"column:created_at"`
 	}
-	err := s.db.WithContext(ctx).Raw("SELECT s.available, s.sold, s.version, o.id AS oid, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at "+
-		"FROM stock s LEFT JOIN orders o ON o.idempotency_key = ? WHERE s.sku = ?", key, sku).Scan(&rows).Error
+	err := s.db.WithContext(ctx).Raw("SELECT s.available, s.sold, s.version, s.per_buyer_limit, o.id AS oid, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at "+
+		"FROM stock s LEFT JOIN orders o ON o.buyer = ? AND o.idempotency_key = ? WHERE s.sku = ?", buyer, key, sku).Scan(&rows).Error
 	if err != nil {
 		return service.Stock{}, nil, translate(ctx, "precheck", err)
 	}
@@ -44,11 +48,11 @@ func (s *Store) Precheck(ctx context.Context, sku, key string) (service.Stock, *
 		return service.Stock{}, nil, service.ErrUnknownSKU
 	}
 	r := rows[0]
-	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version}
+	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit}
 	if !r.OID.Valid {
 		return st, nil, nil
 	}
-	o := orderRow{ID: r.OID.Int64, IdempotencyKey: key, SKU: r.OSKU.String, RequestHash: r.RequestHash.String,
+	o := orderRow{ID: r.OID.Int64, Buyer: buyer, IdempotencyKey: key, SKU: r.OSKU.String, RequestHash: r.RequestHash.String,
 		Quantity: int(r.Quantity.Int64), Fence: r.Fence, CreatedAt: r.CreatedAt.Time}
 	out := o.order()
 	return st, &out, nil
@@ -58,42 +62,70 @@ func (s *Store) Precheck(ctx context.Context, sku, key string) (service.Stock, *
 // and records the change as a restock entry in the ledger, in one
 // transaction. Setting the current value writes nothing. It returns the new row, or an error wrapping
 // service.ErrUnavailable.
-func (s *Store) SetStock(ctx context.Context, sku string, available int64) (service.Stock, error) {
+func (s *Store) SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (service.Stock, error) {
 	var out service.Stock
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		var rows []stockRow
-		if err := tx.Raw("SELECT available, sold, version FROM stock WHERE sku = ? FOR UPDATE", sku).Scan(&rows).Error; err != nil {
+		if err := tx.Raw("SELECT "+stockCols+" FROM stock WHERE sku = ? FOR UPDATE", sku).Scan(&rows).Error; err != nil {
 			return err
 		}
 		var delta int64
 		if len(rows) == 0 {
 			delta = available
-			out = service.Stock{SKU: sku, Available: available, Version: 1}
-			if err := tx.Exec("INSERT INTO stock (sku, available, sold, stocked, version, updated_at) VALUES (?, ?, 0, ?, 1, ?)",
-				sku, available, available, now).Error; err != nil {
+			out = service.Stock{SKU: sku, Available: available, Version: 1, PerBuyerLimit: perBuyerLimit}
+			if err := tx.Exec("INSERT INTO stock (sku, available, sold, stocked, version, per_buyer_limit, updated_at) VALUES (?, ?, 0, ?, 1, ?, ?)",
+				sku, available, available, perBuyerLimit, now).Error; err != nil {
 				return err
 			}
 		} else {
 			cur := rows[0]
 			if cur.Available == available {
-				// Nothing changes: no version bump, no zero-delta ledger row.
-				out = service.Stock{SKU: sku, Available: cur.Available, Sold: cur.Sold, Version: cur.Version}
-				return nil
+				// The count does not change: no version bump, no zero-delta
+				// ledger row; only a new limit is written.
+				out = cur.stock(sku)
+				if cur.PerBuyerLimit == perBuyerLimit {
+					return nil
+				}
+				out.PerBuyerLimit = perBuyerLimit
+				if err := tx.Exec("UPDATE stock SET per_buyer_limit = ? WHERE sku = ?", perBuyerLimit, sku).Error; err != nil {
+					return err
+				}
+				return recountPurchases(tx, sku, cur.PerBuyerLimit, perBuyerLimit)
 			}
 			delta = available - cur.Available
-			out = service.Stock{SKU: sku, Available: available, Sold: cur.Sold, Version: cur.Version + 1}
-			if err := tx.Exec("UPDATE stock SET available = ?, stocked = stocked + ?, version = version + 1, updated_at = ? WHERE sku = ?",
-				available, delta, now, sku).Error; err != nil {
+			out = service.Stock{SKU: sku, Available: available, Sold: cur.Sold, Version: cur.Version + 1, PerBuyerLimit: perBuyerLimit}
+			if err := tx.Exec("UPDATE stock SET available = ?, stocked = stocked + ?, version = version + 1, per_buyer_limit = ?, updated_at = ? WHERE sku = ?",
+				available, delta, perBuyerLimit, now, sku).Error; err != nil {
 				return err
 			}
 		}
-		return tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, created_at) VALUES (?, 'restock', ?, ?)", sku, delta, now).Error
+		if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, created_at) VALUES (?, 'restock', ?, ?)", sku, delta, now).Error; err != nil {
+			return err
+		}
+		if len(rows) > 0 {
+			return recountPurchases(tx, sku, rows[0].PerBuyerLimit, perBuyerLimit)
+		}
+		return nil
 	})
 	if err != nil {
 		return service.Stock{}, translate(ctx, "set stock", err)
 	}
 	return out, nil
+}
+
+// recountPurchases rebuilds the SKU's purchase rows from its orders when a
+// limit is switched on: orders are counted there only while a limit is set
+// (so a SKU without one pays nothing for it).
+func recountPurchases(tx *gorm.DB, sku string, from, to int64) error {
+	if to == 0 || from != 0 {
+		return nil
+	}
+	if err := tx.Exec("DELETE FROM buyer_purchases WHERE sku = ?", sku).Error; err != nil {
+		return err
+	}
+	return tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) "+
+		"SELECT buyer, sku, SUM(quantity) FROM orders WHERE sku = ? GROUP BY buyer, sku", sku).Error
 }
 
 // Audit reconciles sku from one consistent snapshot of the stock row, its
@@ -102,21 +134,42 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 	a := service.Audit{SKU: sku}
 	found := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var rows []struct{ Available, Sold, Stocked int64 }
-		if err := tx.Raw("SELECT available, sold, stocked FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
+		var rows []struct{ Available, Sold, Stocked, PerBuyerLimit int64 }
+		if err := tx.Raw("SELECT available, sold, stocked, per_buyer_limit FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
 			return err
 		}
 		if len(rows) == 0 {
 			return nil
 		}
 		found = true
-		a.Available, a.Sold, a.Stocked = rows[0].Available, rows[0].Sold, rows[0].Stocked
+		a.Available, a.Sold, a.Stocked, a.PerBuyerLimit = rows[0].Available, rows[0].Sold, rows[0].Stocked, rows[0].PerBuyerLimit
 		var o struct{ N, Q, K int64 }
-		if err := tx.Raw("SELECT COUNT(*) AS n, COALESCE(SUM(quantity), 0) AS q, COUNT(DISTINCT idempotency_key) AS k FROM orders WHERE sku = ?", sku).
+		if err := tx.Raw("SELECT COUNT(*) AS n, COALESCE(SUM(quantity), 0) AS q, COUNT(DISTINCT buyer, idempotency_key) AS k FROM orders WHERE sku = ?", sku).
 			Scan(&o).Error; err != nil {
 			return err
 		}
 		a.Orders, a.OrderedQuantity, a.DistinctKeys = o.N, o.Q, o.K
+		// What each buyer holds, from the orders themselves.
+		var b struct{ MaxHeld, OverLimit int64 }
+		if err := tx.Raw("SELECT COALESCE(MAX(held), 0) AS max_held, COALESCE(SUM(? > 0 AND held > ?), 0) AS over_limit "+
+			"FROM (SELECT SUM(quantity) AS held FROM orders WHERE sku = ? GROUP BY buyer) h", a.PerBuyerLimit, a.PerBuyerLimit, sku).
+			Scan(&b).Error; err != nil {
+			return err
+		}
+		a.MaxBuyerHolds, a.BuyersOverLimit = b.MaxHeld, b.OverLimit
+		// The purchase rows (kept while a limit is set) must agree with the
+		// orders of each buyer they count.
+		if a.PerBuyerLimit > 0 {
+			var m struct{ Rows, Orders int64 }
+			if err := tx.Raw("SELECT "+
+				"(SELECT COUNT(*) FROM buyer_purchases p LEFT JOIN (SELECT buyer, SUM(quantity) AS held FROM orders WHERE sku = ? GROUP BY buyer) h "+
+				"ON h.buyer = p.buyer WHERE p.sku = ? AND p.quantity <> COALESCE(h.held, 0)) AS `rows`, "+
+				"(SELECT COUNT(*) FROM (SELECT buyer FROM orders WHERE sku = ? GROUP BY buyer) h LEFT JOIN buyer_purchases p "+
+				"ON p.buyer = h.buyer AND p.sku = ? WHERE p.buyer IS NULL) AS orders", sku, sku, sku, sku).Scan(&m).Error; err != nil {
+				return err
+			}
+			a.LedgerMismatch = m.Rows + m.Orders
+		}
 		var l struct{ Restocked, Sold int64 }
 		if err := tx.Raw("SELECT COALESCE(SUM(CASE WHEN kind = 'restock' THEN delta END), 0) AS restocked, "+
 			"COALESCE(-SUM(CASE WHEN kind = 'sale' THEN delta END), 0) AS sold FROM stock_ledger WHERE sku = ?", sku).

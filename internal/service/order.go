@@ -146,6 +146,7 @@ func (s *Service) Strategy() Strategy { return s.cfg.Strategy }
 
 // PlaceRequest is one order request.
 type PlaceRequest struct {
+	Buyer    string // the authenticated buyer (the token's sub)
 	Key      string
 	SKU      string
 	Quantity int
@@ -161,6 +162,8 @@ func (r PlaceRequest) Hash() string {
 // Validate returns an error wrapping ErrInvalid naming the bad field.
 func (s *Service) Validate(r PlaceRequest) error {
 	switch {
+	case r.Buyer == "" || len(r.Buyer) > MaxBuyerLen:
+		return fmt.Errorf("%w: the buyer must be 1-%d bytes", ErrInvalid, MaxBuyerLen)
 	case !ValidKey(r.Key):
 		return fmt.Errorf("%w: Idempotency-Key must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
 	case !ValidKey(r.SKU):
@@ -183,7 +186,7 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	// One attempt per key at a time in this instance: a retry whose first
 	// attempt is still in line waits for it, so it is never told "sold out"
 	// while that attempt can still be placed (by a restock, say).
-	done, err := s.flights.begin(ctx, r.Key)
+	done, err := s.flights.begin(ctx, r.Buyer+"\x00"+r.Key)
 	if err != nil {
 		return Order{}, false, err
 	}
@@ -191,7 +194,7 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	// The stock row and the key's order, in one statement (one snapshot): an
 	// order of this key committed before the read is always seen, so a retry
 	// whose first attempt took the last unit gets its order back, not a 409.
-	st, prev, err := s.store.Precheck(ctx, r.SKU, r.Key)
+	st, prev, err := s.store.Precheck(ctx, r.SKU, r.Buyer, r.Key)
 	if err != nil {
 		return Order{}, false, err
 	}
@@ -203,7 +206,7 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, ErrSoldOut
 	}
 
-	d := Deduction{Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
+	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
 	switch s.cfg.Strategy {
 	case StrategyNone, StrategyConditional, StrategyForUpdate:
 		d.Write = dbOnlyWrite[s.cfg.Strategy]
@@ -229,7 +232,7 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		// own: the write's may have run out while this request waited in line.
 		lctx, cancel := s.writeCtx(ctx)
 		defer cancel()
-		existing, ferr := s.store.OrderByKey(lctx, r.Key)
+		existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)
 		switch {
 		case ferr == nil:
 			return replay(existing, hash)
@@ -276,6 +279,8 @@ func orderResult(replayed bool, err error) string {
 		return "created"
 	case errors.Is(err, ErrSoldOut):
 		return "sold_out"
+	case errors.Is(err, ErrLimitExceeded):
+		return "limit_exceeded"
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrInProgress):
 		return "busy"
 	case errors.Is(err, ErrLockLost):
@@ -401,8 +406,34 @@ func (s *Service) redisUp() {
 // RedisDown reports whether the last lock attempt found Redis unreachable.
 func (s *Service) RedisDown() bool { return s.redisDown.Load() }
 
-// Order returns an order by id, or ErrOrderNotFound.
-func (s *Service) Order(ctx context.Context, id int64) (Order, error) { return s.store.Order(ctx, id) }
+// Order returns an order by id if buyer placed it; buyer "" (the admin) may
+// read any. It returns ErrOrderNotFound for an order of another buyer, so
+// ids tell others nothing.
+func (s *Service) Order(ctx context.Context, buyer string, id int64) (Order, error) {
+	o, err := s.store.Order(ctx, id)
+	if err == nil && buyer != "" && o.Buyer != buyer {
+		return Order{}, ErrOrderNotFound
+	}
+	return o, err
+}
+
+// MaxPage is the most orders one page of Orders returns.
+const MaxPage = 100
+
+// Orders returns a page of the buyer's own orders, of sku if not "", newest
+// first, with ids below before (0: the newest). Errors: ErrInvalid, ErrUnavailable.
+func (s *Service) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error) {
+	if sku != "" && !ValidKey(sku) {
+		return nil, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	if limit < 1 || limit > MaxPage {
+		return nil, fmt.Errorf("%w: limit must be an integer from 1 to %d", ErrInvalid, MaxPage)
+	}
+	if before < 0 {
+		return nil, fmt.Errorf("%w: the cursor is not valid", ErrInvalid)
+	}
+	return s.store.Orders(ctx, buyer, sku, before, limit)
+}
 
 // Stock returns a SKU's stock, or ErrInvalid / ErrUnknownSKU.
 func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
@@ -411,6 +442,9 @@ func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
 	}
 	return s.store.Stock(ctx, sku)
 }
+
+// MaxBuyerLen bounds a buyer id (a token's sub).
+const MaxBuyerLen = 128
 
 // MaxStock bounds the available count of the admin API.
 const MaxStock = 1_000_000_000
@@ -421,12 +455,15 @@ const MaxStock = 1_000_000_000
 // lock really was violated); while Redis is unreachable it writes without
 // it. Setting the current value changes nothing. Errors: ErrInvalid, ErrBusy
 // (the lock was not had within LockWait), ErrUnavailable.
-func (s *Service) SetStock(ctx context.Context, sku string, available int64) (Stock, error) {
+func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error) {
 	if !ValidKey(sku) {
 		return Stock{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
 	}
 	if available < 0 || available > MaxStock {
 		return Stock{}, fmt.Errorf("%w: available must be an integer from 0 to %d", ErrInvalid, MaxStock)
+	}
+	if perBuyerLimit < 0 || perBuyerLimit > MaxStock {
+		return Stock{}, fmt.Errorf("%w: per_buyer_limit must be an integer from 0 (no limit) to %d", ErrInvalid, MaxStock)
 	}
 	if s.usesLock() && !s.skipLock() {
 		h, err := s.takeLock(ctx, sku)
@@ -442,7 +479,7 @@ func (s *Service) SetStock(ctx context.Context, sku string, available int64) (St
 	}
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
-	return s.store.SetStock(wctx, sku, available)
+	return s.store.SetStock(wctx, sku, available, perBuyerLimit)
 }
 
 func (s *Service) usesLock() bool {

@@ -91,7 +91,7 @@ func (e *env) holdSKU(t *testing.T) *lock.Hold {
 
 func (e *env) setStock(t *testing.T, n int64) {
 	t.Helper()
-	if _, err := e.store.SetStock(context.Background(), e.sku, n); err != nil {
+	if _, err := e.store.SetStock(context.Background(), e.sku, n, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,7 +105,7 @@ type placed struct {
 func (e *env) placeAsync(ctx context.Context, key string) <-chan placed {
 	ch := make(chan placed, 1)
 	go func() {
-		o, rep, err := e.svc.Place(ctx, service.PlaceRequest{Key: key, SKU: e.sku, Quantity: 1})
+		o, rep, err := e.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: key, SKU: e.sku, Quantity: 1})
 		ch <- placed{o, rep, err}
 	}()
 	return ch
@@ -121,6 +121,22 @@ func (e *env) waitInLine(t *testing.T, n int) {
 	}
 }
 
+// waitForLock waits until the service's lock client is in the SKU lock's
+// line of waiting clients in Redis (a leader is waiting for the lock).
+func (e *env) waitForLock(t *testing.T) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
+	defer rdb.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if n, _ := rdb.LLen(context.Background(), "golock_line:stock:{"+e.sku+"}").Result(); n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no client waiting for the SKU lock after 5s")
+		}
+	}
+}
+
 // A retry whose first attempt still waits in line is never told "sold out":
 // a restock could still let the first attempt through, and the client would
 // hold a final 409 for a key that has an order.
@@ -131,13 +147,12 @@ func TestRetryWhileFirstAttemptWaitsIsNotSoldOut(t *testing.T) {
 	e.setStock(t, 1)
 	h := e.holdSKU(t)
 	first := e.placeAsync(ctx, "key-1")
-	e.waitInLine(t, 0) // the first attempt has passed its pre-check...
-	time.Sleep(100 * time.Millisecond)
+	e.waitForLock(t) // the first attempt has passed its pre-check...
 	e.setStock(t, 0) // ...and another buyer takes the last unit meanwhile
 
 	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, _, err := e.svc.Place(rctx, service.PlaceRequest{Key: "key-1", SKU: e.sku, Quantity: 1})
+	_, _, err := e.svc.Place(rctx, service.PlaceRequest{Buyer: "b1", Key: "key-1", SKU: e.sku, Quantity: 1})
 	if errors.Is(err, service.ErrSoldOut) {
 		t.Fatalf("retry while the first attempt waits = %v; want a retryable answer, never a final sold-out", err)
 	}
@@ -152,7 +167,7 @@ func TestRetryWhileFirstAttemptWaitsIsNotSoldOut(t *testing.T) {
 	if p.err != nil {
 		t.Fatalf("first attempt after the restock = %v; want placed", p.err)
 	}
-	o, replayed, err := e.svc.Place(ctx, service.PlaceRequest{Key: "key-1", SKU: e.sku, Quantity: 1})
+	o, replayed, err := e.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: "key-1", SKU: e.sku, Quantity: 1})
 	if err != nil || !replayed || o.ID != p.o.ID {
 		t.Fatalf("retry after the first attempt = %+v, %v, %v; want the replay of order %d", o, replayed, err, p.o.ID)
 	}
@@ -200,7 +215,7 @@ func TestLineCap(t *testing.T) {
 				waiting = append(waiting, e.placeAsync(ctx, fmt.Sprintf("key-%d", i)))
 			}
 			e.waitInLine(t, 5)
-			_, _, err := e.svc.Place(ctx, service.PlaceRequest{Key: "key-over", SKU: e.sku, Quantity: 1})
+			_, _, err := e.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: "key-over", SKU: e.sku, Quantity: 1})
 			if !errors.Is(err, service.ErrBusy) {
 				t.Fatalf("an order with 5 in line and QueueMax 5 = %v; want ErrBusy", err)
 			}
@@ -229,7 +244,7 @@ func TestGivingUpLeavesTheLine(t *testing.T) {
 	e.setStock(t, 100)
 	h := e.holdSKU(t)
 	lead := e.placeAsync(ctx, "key-lead") // the leader, waiting for the lock
-	e.waitInLine(t, 0)
+	e.waitForLock(t)
 	gctx, cancel := context.WithCancel(ctx)
 	var quit []<-chan placed
 	for i := range 200 {
@@ -274,7 +289,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, _, err := e.svc.Place(ctx, service.PlaceRequest{Key: fmt.Sprintf("key-%d", i), SKU: e.sku, Quantity: 1}); err != nil {
+			if _, _, err := e.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: fmt.Sprintf("key-%d", i), SKU: e.sku, Quantity: 1}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -283,7 +298,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.svc.SetStock(ctx, e.sku, int64(2_000_000+i)); err != nil {
+			if _, err := e.svc.SetStock(ctx, e.sku, int64(2_000_000+i), 0); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -296,7 +311,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock waits for the SKU lock.
 	h := e.holdSKU(t)
 	done := make(chan error, 1)
-	go func() { _, err := e.svc.SetStock(ctx, e.sku, 7); done <- err }()
+	go func() { _, err := e.svc.SetStock(ctx, e.sku, 7, 0); done <- err }()
 	select {
 	case err := <-done:
 		t.Fatalf("restock returned (%v) while another instance held the SKU lock; want it to wait", err)
@@ -312,7 +327,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock to the current value is a no-op.
 	before, _ := e.store.Stock(ctx, e.sku)
 	rows := ledgerRows(t, e)
-	st, err := e.svc.SetStock(ctx, e.sku, before.Available)
+	st, err := e.svc.SetStock(ctx, e.sku, before.Available, 0)
 	if err != nil || st.Version != before.Version || st.Available != before.Available {
 		t.Fatalf("SetStock to the current value = %+v, %v; want %+v unchanged", st, err, before)
 	}

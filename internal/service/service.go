@@ -22,6 +22,9 @@ var (
 	ErrOrderNotFound = errors.New("service: order not found")
 	// ErrSoldOut: available < quantity.
 	ErrSoldOut = errors.New("service: sold out")
+	// ErrLimitExceeded: the order would take the buyer past the SKU's
+	// per-buyer limit; errors.As to *LimitError for the allowance left.
+	ErrLimitExceeded = errors.New("service: per-buyer limit exceeded")
 	// ErrKeyReused: the idempotency key already placed an order with another body.
 	ErrKeyReused = errors.New("service: idempotency key reused with a different request")
 	// ErrInProgress: another request with the same idempotency key is still
@@ -42,9 +45,26 @@ var (
 	ErrDuplicateKey = errors.New("service: duplicate idempotency key")
 )
 
+// LimitError is an order refused by the SKU's per-buyer limit.
+type LimitError struct {
+	Limit     int64 // units one buyer may hold
+	Held      int64 // units the buyer holds already
+	Requested int64
+}
+
+// Remaining is what the buyer may still order.
+func (e *LimitError) Remaining() int64 { return max(0, e.Limit-e.Held) }
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: the limit is %d per buyer, %d held, %d requested", ErrLimitExceeded, e.Limit, e.Held, e.Requested)
+}
+
+func (e *LimitError) Unwrap() error { return ErrLimitExceeded }
+
 // Order is a placed order.
 type Order struct {
 	ID          int64     `json:"id"`
+	Buyer       string    `json:"buyer"`
 	Key         string    `json:"idempotency_key"`
 	SKU         string    `json:"sku"`
 	Quantity    int       `json:"quantity"`
@@ -55,10 +75,11 @@ type Order struct {
 
 // Stock is the stock row of a SKU.
 type Stock struct {
-	SKU       string `json:"sku"`
-	Available int64  `json:"available"`
-	Sold      int64  `json:"sold"`
-	Version   int64  `json:"version"`
+	SKU           string `json:"sku"`
+	Available     int64  `json:"available"`
+	Sold          int64  `json:"sold"`
+	Version       int64  `json:"version"`
+	PerBuyerLimit int64  `json:"per_buyer_limit"` // 0: no limit
 }
 
 // Audit is the reconciliation of one SKU, from the stock row, the orders and
@@ -71,6 +92,10 @@ type Audit struct {
 	Orders          int64    `json:"orders"`
 	OrderedQuantity int64    `json:"ordered_quantity"`
 	DistinctKeys    int64    `json:"distinct_keys"`
+	PerBuyerLimit   int64    `json:"per_buyer_limit"`
+	MaxBuyerHolds   int64    `json:"max_buyer_holds"`       // most units one buyer holds
+	BuyersOverLimit int64    `json:"buyers_over_limit"`     // buyers holding more than the limit
+	LedgerMismatch  int64    `json:"buyer_ledger_mismatch"` // buyers whose purchase row disagrees with their orders
 	LedgerRestocked int64    `json:"ledger_restocked"`
 	LedgerSold      int64    `json:"ledger_sold"`
 	Oversold        int64    `json:"oversold"`
@@ -100,7 +125,13 @@ func (a *Audit) Check() {
 			a.LedgerRestocked, a.LedgerSold, a.Stocked, a.OrderedQuantity)
 	}
 	if a.DistinctKeys != a.Orders {
-		add("%d orders share %d idempotency keys", a.Orders, a.DistinctKeys)
+		add("%d orders share %d (buyer, idempotency key) pairs", a.Orders, a.DistinctKeys)
+	}
+	if a.BuyersOverLimit > 0 {
+		add("%d buyers hold more than the limit of %d (the most: %d)", a.BuyersOverLimit, a.PerBuyerLimit, a.MaxBuyerHolds)
+	}
+	if a.LedgerMismatch > 0 {
+		add("%d buyers' purchase rows disagree with their orders", a.LedgerMismatch)
 	}
 	a.Consistent = len(a.Problems) == 0
 }
@@ -121,6 +152,7 @@ const (
 
 // Deduction is one attempt, in one transaction, to place an order.
 type Deduction struct {
+	Buyer       string
 	Key         string
 	RequestHash string
 	SKU         string
@@ -134,6 +166,7 @@ type Deduction struct {
 
 // BatchItem is one order of a Batch.
 type BatchItem struct {
+	Buyer       string
 	Key         string
 	RequestHash string
 	Quantity    int
@@ -150,26 +183,31 @@ type Batch struct {
 
 // Store is what the service needs from the database.
 type Store interface {
-	// OrderByKey returns the order of an idempotency key, or ErrOrderNotFound.
-	OrderByKey(ctx context.Context, key string) (Order, error)
+	// OrderByKey returns the buyer's order of an idempotency key, or ErrOrderNotFound.
+	OrderByKey(ctx context.Context, buyer, key string) (Order, error)
 	// Order returns an order by id, or ErrOrderNotFound.
 	Order(ctx context.Context, id int64) (Order, error)
+	// Orders returns the buyer's orders of sku ("" for all) with ids below
+	// before (0: from the newest), newest first, at most limit.
+	Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error)
 	// Stock returns the stock row, or ErrUnknownSKU.
 	Stock(ctx context.Context, sku string) (Stock, error)
-	// Precheck returns the stock row and the order of key, if any, read in
-	// one snapshot; ErrUnknownSKU for an unknown SKU.
-	Precheck(ctx context.Context, sku, key string) (Stock, *Order, error)
-	// SetStock creates the SKU or sets its available count, with a ledger entry.
-	SetStock(ctx context.Context, sku string, available int64) (Stock, error)
+	// Precheck returns the stock row and the buyer's order of key, if any,
+	// read in one snapshot; ErrUnknownSKU for an unknown SKU.
+	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)
+	// SetStock creates the SKU or sets its available count and per-buyer
+	// limit, with a ledger entry when the count changes.
+	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error)
 	// Audit reconciles one SKU, or returns ErrUnknownSKU.
 	Audit(ctx context.Context, sku string) (Audit, error)
 	// Deduct places an order in one transaction. It returns ErrSoldOut,
-	// ErrUnknownSKU, ErrConflict, ErrDuplicateKey, ErrUnavailable, or the
-	// error of BeforeCommit.
+	// a *LimitError, ErrUnknownSKU, ErrConflict, ErrDuplicateKey,
+	// ErrUnavailable, or the error of BeforeCommit.
 	Deduct(ctx context.Context, d Deduction) (Order, error)
 	// DeductBatch places the batch's orders in one transaction, filled in
 	// order while stock lasts, ending with one versioned UPDATE. Per item it
-	// returns the order, or ErrSoldOut or ErrDuplicateKey for that item. Its
+	// returns the order, or ErrSoldOut, a *LimitError or ErrDuplicateKey for
+	// that item. Its
 	// error (ErrConflict, ErrUnknownSKU, ErrUnavailable, or BeforeCommit's)
 	// means nothing was written.
 	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)

@@ -124,6 +124,7 @@ type outcome struct {
 func (r *rig) load(ctx context.Context, cfg driver.Config) <-chan outcome {
 	cfg.URLs = r.fleet.URLs()
 	cfg.AdminToken = r.token
+	cfg.JWTSecret = fleet.JWTSecret
 	cfg.SKU = r.sku
 	cfg.MySQLDSN = r.dsn
 	cfg.Failover = true

@@ -222,7 +222,7 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 	defer f.Stop()
 	res, err := driver.Run(ctx, driver.Config{
 		URLs: f.URLs(), Stock: p.stock, Buyers: p.buyers, Concurrency: p.concurrency, Quantity: p.quantity,
-		AdminToken: token, Retries: o.retries, Duration: p.duration, MySQLDSN: dsn, RedisAddr: o.redis,
+		AdminToken: token, JWTSecret: fleet.JWTSecret, Retries: o.retries, Duration: p.duration, MySQLDSN: dsn, RedisAddr: o.redis,
 		ExpectOversell: strategy == "none", Label: strategy, Log: o.logw,
 	})
 	stopped := f.Stop()

@@ -55,7 +55,7 @@ func TestProof(t *testing.T) {
 
 			cfg := driver.Config{
 				URLs: f.URLs(), Stock: 100, Buyers: 400, Concurrency: 50, Quantity: tc.quantity, AdminToken: token,
-				Retries: 3, Duration: 40 * time.Second, MySQLDSN: dsn, ExpectOversell: tc.expectOversell,
+				JWTSecret: fleet.JWTSecret, Retries: 3, Duration: 40 * time.Second, MySQLDSN: dsn, ExpectOversell: tc.expectOversell,
 				Label: tc.strategy,
 			}
 			res, err := driver.Run(ctx, cfg)

@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -63,7 +64,10 @@ type Config struct {
 	Concurrency int      // concurrent buyers (connections)
 	Quantity    int      // units per order
 	AdminToken  string   // bearer token of the admin API (required)
-	Retries     int      // retries of one order with the same key on 429/502/503/504/no response
+	// JWTSecret signs each buyer's bearer token (HS256, sub "<run id>-b<n>"):
+	// the instances' STOCK_JWT_SECRET. Empty: orders carry no token.
+	JWTSecret string
+	Retries   int // retries of one order with the same key on 429/502/503/504/no response
 	// Duration caps the buying phase (default 2m); buyers not started by then
 	// are not run, and the run fails its sell-out check.
 	Duration       time.Duration
@@ -558,6 +562,13 @@ func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attemp
 	u := i % len(r.cfg.URLs)
 	key := r.runID + "-" + strconv.Itoa(i)
 	h := http.Header{"Idempotency-Key": {key}}
+	if r.cfg.JWTSecret != "" {
+		tok, err := auth.Mint([]byte(r.cfg.JWTSecret), r.runID+"-b"+strconv.Itoa(i), time.Hour, "", "")
+		if err != nil {
+			return buyer{last: "token: " + err.Error()}
+		}
+		h.Set("Authorization", "Bearer "+tok)
+	}
 	var b buyer
 	for try := 0; ; try++ {
 		base := r.cfg.URLs[u]

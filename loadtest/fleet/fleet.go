@@ -39,6 +39,10 @@ func Build(ctx context.Context, goTool, dir string) (string, error) {
 	return bin, nil
 }
 
+// JWTSecret is the STOCK_JWT_SECRET of every instance a fleet starts; the
+// load driver signs its buyers' tokens with it (driver.Config.JWTSecret).
+const JWTSecret = "load-test-jwt-secret-not-for-production"
+
 // serviceEnv is the environment of a stock process: ours, minus any STOCK_
 // setting of the caller's, plus the given ones.
 func serviceEnv(set map[string]string) []string {
@@ -192,6 +196,7 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 			"STOCK_MYSQL_DSN":   cfg.DSN,
 			"STOCK_REDIS_ADDRS": cfg.RedisAddr,
 			"STOCK_ADMIN_TOKEN": cfg.AdminToken,
+			"STOCK_JWT_SECRET":  JWTSecret,
 			"STOCK_STRATEGY":    cfg.Strategy,
 			"STOCK_LOG_LEVEL":   "warn",
 			"STOCK_LOG_FORMAT":  "text",

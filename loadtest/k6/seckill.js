@@ -42,6 +42,8 @@
  * bounded by a threshold instead: no more 201s than sellable orders.
  */
 import http from "k6/http";
+import crypto from "k6/crypto";
+import encoding from "k6/encoding";
 import { check, fail, sleep } from "k6";
 import exec from "k6/execution";
 import { Counter, Gauge, Trend } from "k6/metrics";
@@ -72,6 +74,21 @@ function intEnv(name, def, min) {
 function strEnv(name, def) {
   const raw = __ENV[name];
   return raw === undefined || raw === "" ? def : raw;
+}
+
+// The instances' STOCK_JWT_SECRET: each buyer gets its own HS256 token.
+const JWT_SECRET = strEnv("JWT_SECRET", "");
+
+/**
+ * An HS256 bearer token for buyer sub, valid for an hour.
+ * @param {string} sub
+ * @returns {string}
+ */
+function buyerToken(sub) {
+  const enc = (/** @type {object} */ o) => encoding.b64encode(JSON.stringify(o), "rawurl");
+  const head = enc({ alg: "HS256", typ: "JWT" });
+  const body = enc({ sub, exp: Math.floor(Date.now() / 1000) + 3600 });
+  return `${head}.${body}.${crypto.hmac("sha256", JWT_SECRET, `${head}.${body}`, "base64rawurl")}`;
 }
 
 const BASE_URLS = strEnv("BASE_URL", "http://localhost:8080")
@@ -326,7 +343,12 @@ export default function (data) {
   const n = exec.scenario.iterationInTest;
   const clientIP = `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`;
   const params = {
-    headers: { "Content-Type": "application/json", "Idempotency-Key": key, "X-Forwarded-For": clientIP },
+    headers: {
+      "Content-Type": "application/json",
+      "Idempotency-Key": key,
+      "X-Forwarded-For": clientIP,
+      Authorization: `Bearer ${buyerToken(`${data.runId}-b${n}`)}`,
+    },
     tags: { name: "POST /v1/orders" },
   };
 
