@@ -53,6 +53,8 @@ type config struct {
 	// cannot be asked (RateFailOpen).
 	RateIP         int
 	RateIPBurst    int
+	RateBuyer      int
+	RateBuyerBurst int
 	RateFailOpen   bool
 	TrustedProxies []string
 	// Buyers' tokens: HS256 with JWTSecret and/or EdDSA/RS256 with the PEM
@@ -99,6 +101,8 @@ func parseConfig(getenv func(string) string) (config, error) {
 		MaxInflight:       p.integer("STOCK_MAX_INFLIGHT", 5000, 0, 1_000_000),
 		RateIP:            p.integer("STOCK_RATE_IP", 0, 0, 1_000_000),
 		RateIPBurst:       p.integer("STOCK_RATE_IP_BURST", 0, 0, 1_000_000),
+		RateBuyer:         p.integer("STOCK_RATE_BUYER", 0, 0, 1_000_000),
+		RateBuyerBurst:    p.integer("STOCK_RATE_BUYER_BURST", 0, 0, 1_000_000),
 		JWTSecret:         p.str("STOCK_JWT_SECRET", ""),
 		JWTPublicKeyFile:  p.str("STOCK_JWT_PUBLIC_KEY_FILE", ""),
 		JWTIssuer:         p.str("STOCK_JWT_ISSUER", ""),
@@ -109,6 +113,9 @@ func parseConfig(getenv func(string) string) (config, error) {
 	}
 	if c.RateIPBurst == 0 {
 		c.RateIPBurst = c.RateIP
+	}
+	if c.RateBuyerBurst == 0 {
+		c.RateBuyerBurst = c.RateBuyer
 	}
 	switch v := p.str("STOCK_RATE_ON_REDIS_DOWN", "open"); v {
 	case "open":

@@ -12,8 +12,10 @@ import (
 )
 
 // ipLimiter is the handler's RateLimiter on go-redis/redis_rate (GCRA in
-// Redis, so every instance shares one budget per client IP).
+// Redis, so every instance shares one budget per key: a client IP, or a
+// buyer).
 type ipLimiter struct {
+	name     string
 	l        *redis_rate.Limiter
 	limit    redis_rate.Limit
 	prefix   string
@@ -22,20 +24,21 @@ type ipLimiter struct {
 	policy   string
 }
 
-func newIPLimiter(rdb redis.UniversalClient, prefix string, perSec, burst int, failOpen bool, m *metrics.Metrics) *ipLimiter {
+func newIPLimiter(rdb redis.UniversalClient, name, prefix string, perSec, burst int, failOpen bool, m *metrics.Metrics) *ipLimiter {
 	return &ipLimiter{
+		name:     name,
 		l:        redis_rate.NewLimiter(rdb),
 		limit:    redis_rate.Limit{Rate: perSec, Burst: burst, Period: 1e9},
 		prefix:   prefix + "ratelimit:",
 		failOpen: failOpen,
 		metrics:  m,
-		policy:   `"ip";q=` + strconv.Itoa(perSec) + ";w=1;burst=" + strconv.Itoa(burst),
+		policy:   `"` + name + `";q=` + strconv.Itoa(perSec) + ";w=1;burst=" + strconv.Itoa(burst),
 	}
 }
 
 // Allow implements handler.RateLimiter.
 func (l *ipLimiter) Allow(ctx context.Context, key string) (handler.Decision, error) {
-	d := handler.Decision{Policy: l.policy, Name: "ip"}
+	d := handler.Decision{Policy: l.policy, Name: l.name}
 	res, err := l.l.Allow(ctx, l.prefix+key, l.limit)
 	if err != nil {
 		d.Allowed = l.failOpen

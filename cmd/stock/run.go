@@ -249,8 +249,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		ServeMetrics:   cfg.MetricsPublic,
 	}
 	if cfg.RateIP > 0 {
-		hcfg.Limiter = newIPLimiter(rdb, cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
+		hcfg.Limiter = newIPLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
 		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen])
+	}
+	if cfg.RateBuyer > 0 {
+		hcfg.BuyerLimiter = newIPLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen, m)
+		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
 	}
 	gin.SetMode(gin.ReleaseMode)
 	h, err := handler.New(hcfg, svc, log, m, reg)

@@ -194,8 +194,17 @@ type Decision struct {
 // and answers 429 rate-limited with Retry-After and the IETF RateLimit and
 // RateLimit-Policy headers.
 func rateLimit(l RateLimiter) gin.HandlerFunc {
+	return limitBy(l, func(c *gin.Context) string { return "ip:" + c.ClientIP() })
+}
+
+// rateLimitBuyer applies the per buyer limit (after buyerAuth).
+func rateLimitBuyer(l RateLimiter) gin.HandlerFunc {
+	return limitBy(l, func(c *gin.Context) string { return "buyer:" + buyer(c) })
+}
+
+func limitBy(l RateLimiter, key func(c *gin.Context) string) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		d, _ := l.Allow(c.Request.Context(), "ip:"+c.ClientIP())
+		d, _ := l.Allow(c.Request.Context(), key(c))
 		if d.Policy != "" {
 			c.Header("RateLimit-Policy", d.Policy)
 			c.Header("RateLimit", `"`+d.Name+`";r=`+strconv.Itoa(max(d.Remaining, 0))+";t="+strconv.Itoa(ceilSeconds(d.Reset)))

@@ -41,6 +41,9 @@ type Config struct {
 	// Limiter, if set, limits requests per client IP on the /v1 routes
 	// (admin routes excepted).
 	Limiter RateLimiter
+	// BuyerLimiter, if set, limits requests per buyer on the order routes,
+	// after authentication.
+	BuyerLimiter RateLimiter
 	// TrustedProxies are the proxies (IPs or CIDRs) whose X-Forwarded-For is
 	// believed when finding the client IP; none by default (RemoteAddr).
 	TrustedProxies []string
@@ -102,8 +105,14 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	}
 
 	// The whole API.
-	r.POST("/v1/orders", limited(h.buyerAuth(false), h.placeOrder)...)
-	get(r, "/v1/orders", limited(h.buyerAuth(false), h.listOrders)...)
+	perBuyer := func(hs ...gin.HandlerFunc) []gin.HandlerFunc {
+		if cfg.BuyerLimiter == nil {
+			return hs
+		}
+		return append([]gin.HandlerFunc{rateLimitBuyer(cfg.BuyerLimiter)}, hs...)
+	}
+	r.POST("/v1/orders", limited(append([]gin.HandlerFunc{h.buyerAuth(false)}, perBuyer(h.placeOrder)...)...)...)
+	get(r, "/v1/orders", limited(append([]gin.HandlerFunc{h.buyerAuth(false)}, perBuyer(h.listOrders)...)...)...)
 	get(r, "/v1/orders/:id", limited(h.buyerAuth(true), h.getOrder)...)
 	get(r, "/v1/stock/:sku", limited(h.getStock)...)
 	admin := r.Group("/v1/admin", h.admin)

@@ -37,6 +37,10 @@ type line struct {
 	live    int     // calls in pending that still wait, plus lock waiters without combining
 	dead    int     // abandoned calls still in pending
 	active  bool    // a leader is serving the SKU
+	// admitted counts the requests of the SKU anywhere in Place at this
+	// instance (pre-check included), so the cap holds before any MySQL or
+	// Redis work: a flood is refused at the door, not queued for the pool.
+	admitted int
 }
 
 const (
@@ -173,9 +177,37 @@ func (ls *lines) exit(sku string) {
 	l.forget(sh, sku)
 }
 
+// admit counts one more request of sku at this instance; it reports false
+// (and counts nothing) when max are in already.
+func (ls *lines) admit(sku string, max int) bool {
+	sh := ls.shard(sku)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l := sh.m[sku]
+	if l == nil {
+		l = &line{}
+		sh.m[sku] = l
+	}
+	if l.admitted >= max {
+		return false
+	}
+	l.admitted++
+	return true
+}
+
+// release ends what admit began.
+func (ls *lines) release(sku string) {
+	sh := ls.shard(sku)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l := sh.m[sku]
+	l.admitted--
+	l.forget(sh, sku)
+}
+
 // forget drops an idle line from the map, so SKUs no longer ordered cost nothing.
 func (l *line) forget(sh *lineShard, sku string) {
-	if !l.active && l.live == 0 && len(l.pending) == 0 {
+	if !l.active && l.live == 0 && l.admitted == 0 && len(l.pending) == 0 {
 		delete(sh.m, sku)
 	}
 }

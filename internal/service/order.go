@@ -84,9 +84,9 @@ type Config struct {
 	// BatchMax is the most orders of one SKU that lock+version places in one
 	// transaction under one lock (request combining); <= 1 turns it off.
 	BatchMax int
-	// QueueMax caps the orders of one SKU waiting at this instance (in its
-	// line for a batch, or for the SKU lock); past it an order is answered
-	// ErrBusy at once, touching neither Redis nor MySQL (default 2000).
+	// QueueMax caps the orders of one SKU in progress at this instance
+	// under the locking strategies (pre-check, line, batch); past it an order
+	// is answered ErrBusy at once, touching neither Redis nor MySQL (default 2000).
 	QueueMax int
 	// WriteTimeout bounds an order's database work, from when the write
 	// starts (after any wait in line or for the lock); default 10s.
@@ -183,6 +183,15 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	hash := r.Hash()
+	// The per-SKU cap first, before any work: past QueueMax requests of this
+	// SKU here, answer at once (the locking strategies; the others have no
+	// line, and MySQL's pool bounds them).
+	if s.usesLock() {
+		if !s.lines.admit(r.SKU, s.cfg.QueueMax) {
+			return Order{}, false, errLineFull(s.cfg.QueueMax)
+		}
+		defer s.lines.release(r.SKU)
+	}
 	// One attempt per key at a time in this instance: a retry whose first
 	// attempt is still in line waits for it, so it is never told "sold out"
 	// while that attempt can still be placed (by a restock, say).

@@ -204,17 +204,19 @@ func TestLineCap(t *testing.T) {
 			e := newEnv(t, service.Config{QueueMax: 5, BatchMax: batchMax})
 			e.setStock(t, 100)
 			h := e.holdSKU(t)
-			// With combining the leader's own order is in a batch, waiting
-			// for the lock, and not in the line.
+			// The cap counts every order of the SKU in progress here: with
+			// combining the leader's own is in a batch waiting for the lock,
+			// the others in the line.
 			n := 5
-			if batchMax > 1 {
-				n = 6
-			}
 			var waiting []<-chan placed
 			for i := range n {
 				waiting = append(waiting, e.placeAsync(ctx, fmt.Sprintf("key-%d", i)))
 			}
-			e.waitInLine(t, 5)
+			if batchMax > 1 {
+				e.waitInLine(t, 4)
+			} else {
+				e.waitInLine(t, 5)
+			}
 			_, _, err := e.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: "key-over", SKU: e.sku, Quantity: 1})
 			if !errors.Is(err, service.ErrBusy) {
 				t.Fatalf("an order with 5 in line and QueueMax 5 = %v; want ErrBusy", err)
