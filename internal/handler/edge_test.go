@@ -423,3 +423,31 @@ func TestRateLimitAndClientIP(t *testing.T) {
 		t.Fatalf("/healthz = %d; want it never limited", rec.Code)
 	}
 }
+
+// The per-buyer limit keys on the token's buyer, after authentication, on
+// the order routes only.
+func TestRateLimitPerBuyer(t *testing.T) {
+	l := &fixedLimiter{n: 2, seen: map[string]int{}}
+	e := newEdge(t, Config{BuyerLimiter: l}, nil)
+	order := func(buyer string) int {
+		return e.do("POST", "/v1/orders", `{"sku":"A","quantity":1}`, "Idempotency-Key", "k", "Authorization", "Bearer tok:"+buyer).Code
+	}
+	for i := range 2 {
+		if c := order("u1"); c != 201 {
+			t.Fatalf("u1 order %d within the limit = %d", i, c)
+		}
+	}
+	if rec := e.do("POST", "/v1/orders", `{"sku":"A","quantity":1}`, "Idempotency-Key", "k", "Authorization", "Bearer tok:u1"); rec.Code != 429 ||
+		!strings.Contains(rec.Body.String(), "rate-limited") || !strings.Contains(rec.Header().Get("RateLimit"), `"ip"`) {
+		t.Fatalf("u1 over its limit = %d %s %q; want 429 rate-limited", rec.Code, rec.Body, rec.Header().Get("RateLimit"))
+	}
+	if c := order("u2"); c != 201 {
+		t.Fatalf("another buyer = %d; want its own budget", c)
+	}
+	if c := e.do("POST", "/v1/orders", `{"sku":"A","quantity":1}`, "Idempotency-Key", "k", "Authorization", "Bearer nope").Code; c != 401 {
+		t.Fatalf("bad token = %d; want 401 before any limit", c)
+	}
+	if l.seen["buyer:u1"] != 3 || l.seen["buyer:u2"] != 1 || len(l.seen) != 2 {
+		t.Fatalf("limiter keys %v; want buyer:u1 x3, buyer:u2 x1", l.seen)
+	}
+}
