@@ -1,7 +1,11 @@
 GO ?= go
 export CGO_ENABLED ?= 1
 
-.PHONY: test vet unit fuzz run build bench chaos demo k6-check
+.PHONY: help test vet unit fuzz run build bench chaos demo k6-check
+
+## help: list the targets (from their ## comments)
+help:
+	@awk '/^## [a-z0-9-]+:/ { sub(/^## /, ""); print; next } /^## / { sub(/^## /, "    "); print }' $(MAKEFILE_LIST)
 
 ## test: vet, the whole suite with the race detector, the compose file and k6 type checks (what CI runs)
 test: vet unit fuzz compose-check k6-check

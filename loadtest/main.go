@@ -1,4 +1,4 @@
-// Command loadtest runs the "seckill" scenario (loadtest.md) against running
+// Command loadtest runs the "seckill" load scenario against running
 // instances of the stock service and proves the result from the audit
 // endpoint and, with -mysql-dsn, from MySQL directly. It exits non-zero when
 // an invariant breaks (or, with -expect-oversell, when the unsafe strategy's

@@ -295,7 +295,7 @@ func TestReentry(t *testing.T) {
 	}
 }
 
-// Point 1 (goroutines): sharing a *Mutex is not sharing ownership.
+// Sharing a *Mutex is not sharing ownership.
 func TestSharedMutexDoesNotShareOwnership(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -310,7 +310,7 @@ func TestSharedMutexDoesNotShareOwnership(t *testing.T) {
 	}
 }
 
-// Point 3.
+// Unlock by a non-owner is refused.
 func TestUnlockByNonOwner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -119,7 +119,7 @@ func (c *child) expect(t *testing.T, prefix string, within time.Duration) string
 	}
 }
 
-// Point 1 across processes.
+// Mutual exclusion across processes.
 func TestMutualExclusionAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

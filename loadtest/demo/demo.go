@@ -18,7 +18,7 @@ import (
 	"github.com/seckill/stock/loadtest/fleet"
 )
 
-// strategies is every STOCK_STRATEGY, in the order of service.md.
+// strategies is every STOCK_STRATEGY, in the order of the README table.
 var strategies = []string{"none", "lock", "version", "lock+version", "conditional", "for-update"}
 
 // phase is one scenario run once per strategy.

@@ -1,6 +1,6 @@
 // @ts-check
 /**
- * The "seckill" scenario of loadtest.md for k6: BUYERS buyers (more than the
+ * The "seckill" load scenario for k6: BUYERS buyers (more than the
  * stock) race for one SKU, each placing one order under its own
  * Idempotency-Key, spread over every base URL; teardown then reads the
  * service's own audit and turns every broken invariant into a custom metric
