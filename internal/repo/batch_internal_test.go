@@ -1,0 +1,159 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/testserver"
+)
+
+func openStore(t *testing.T) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, testserver.Database(t), Options{MaxOpenConns: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// queries counts the COM_QUERY packets sent on connections of the
+// "counted" network: every statement and transaction command, whatever
+// path (gorm or the raw connection) sent it.
+var queries atomic.Int64
+
+type countingConn struct{ net.Conn }
+
+func (c countingConn) Write(b []byte) (int, error) {
+	if len(b) > 4 && b[4] == 0x03 && b[3] == 0 { // sequence 0: a new command
+		queries.Add(1)
+	}
+	return c.Conn.Write(b)
+}
+
+func init() {
+	mysql.RegisterDialContext("counted", func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c}, nil
+	})
+}
+
+// openCounted opens a Store whose statements are counted in queries.
+func openCounted(t *testing.T) *Store {
+	t.Helper()
+	dsn := strings.Replace(testserver.Database(t), "@tcp(", "@counted(", 1)
+	s, err := Open(context.Background(), dsn, Options{MaxOpenConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func batchOf(n int, prefix string) []service.BatchItem {
+	items := make([]service.BatchItem, n)
+	for i := range items {
+		items[i] = service.BatchItem{Buyer: "b", Key: fmt.Sprintf("%s-%d", prefix, i), RequestHash: "h", Quantity: 1}
+	}
+	return items
+}
+
+// A batch costs the same handful of statements whatever its size (it was
+// one INSERT per order).
+func TestBatchStatementsAreFlat(t *testing.T) {
+	s := openCounted(t)
+	ctx := context.Background()
+	if _, err := s.SetStock(ctx, "F", 1000, 0); err != nil {
+		t.Fatal(err)
+	}
+	n := &queries
+	var per []int64
+	for _, size := range []int{1, 8, 64} {
+		before := n.Load()
+		orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "F", Items: batchOf(size, fmt.Sprint("s", size)), Fence: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range orders {
+			if errs[i] != nil || orders[i].ID == 0 {
+				t.Fatalf("batch of %d, item %d = %+v, %v", size, i, orders[i], errs[i])
+			}
+		}
+		per = append(per, n.Load()-before)
+	}
+	t.Logf("statements per batch of 1, 8, 64: %v", per)
+	if per[0] == 0 || per[1] != per[2] || per[2] > 8 {
+		t.Fatalf("statements for batches of 1, 8, 64 = %v; want the same handful (at most 8, BEGIN and COMMIT included)", per)
+	}
+}
+
+// Concurrent batches of several SKUs each get back the ids of their own
+// orders (read back by buyer and key, whatever the auto-increment mode).
+func TestConcurrentBatchesGetTheirOwnIDs(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	const skus, rounds = 6, 10
+	for k := range skus {
+		if _, err := s.SetStock(ctx, fmt.Sprint("C", k), 10_000, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[int64]string{}
+	for k := range skus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				items := batchOf(32, fmt.Sprintf("c%d-r%d", k, r))
+				orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: fmt.Sprint("C", k), Items: items, Fence: int64(r)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for i, o := range orders {
+					if errs[i] != nil {
+						t.Errorf("item %d: %v", i, errs[i])
+						continue
+					}
+					if prev, dup := got[o.ID]; dup {
+						t.Errorf("id %d answered to %s and %s", o.ID, prev, o.Key)
+					}
+					got[o.ID] = o.Key
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for id, key := range got {
+		o, err := s.Order(ctx, id)
+		if err != nil || o.Key != key {
+			t.Fatalf("order %d in MySQL = %+v, %v; the batch answered key %s", id, o, err, key)
+		}
+	}
+	if len(got) != skus*rounds*32 {
+		t.Fatalf("%d orders answered; want %d", len(got), skus*rounds*32)
+	}
+}
