@@ -4,7 +4,12 @@
  * stock) race for one SKU, each placing one order under its own
  * Idempotency-Key, spread over every base URL; teardown then reads the
  * service's own audit and turns every broken invariant into a custom metric
- * with a threshold, so a broken invariant makes k6 exit non-zero.
+ * with a threshold, so a broken invariant makes k6 exit non-zero. Each buyer
+ * has its own bearer token (HS256 from JWT_SECRET, the instances'
+ * STOCK_JWT_SECRET); every GREEDY_EVERY-th order (10%) belongs to one of
+ * GREEDY_BUYERS shared "greedy" buyers, and the SKU's per-buyer limit is
+ * LIMIT, so limit_exceeded_by_server (buyers over the limit, from the audit)
+ * must stay 0.
  *
  *   k6 run loadtest/k6/seckill.js                        # burst (default)
  *   SCENARIO=arrival k6 run loadtest/k6/seckill.js       # constant arrival rate
@@ -115,10 +120,33 @@ const ADMIN_TOKEN = strEnv("ADMIN_TOKEN", "");
 const SCENARIO = strEnv("SCENARIO", "burst");
 const SUMMARY = __ENV.SUMMARY === undefined ? "loadtest/report/k6-summary.json" : __ENV.SUMMARY;
 
+// Greedy buyers: every GREEDY_EVERY-th iteration (10% by default) orders as
+// one of GREEDY_BUYERS shared identities, so each of them fires many
+// concurrent orders with distinct keys; LIMIT is the SKU's per-buyer limit
+// (0: none). Every other iteration is a buyer of its own, with one order.
+const GREEDY_EVERY = intEnv("GREEDY_EVERY", 10, 0);
+const GREEDY_BUYERS = intEnv("GREEDY_BUYERS", 5, 1);
+const LIMIT = intEnv("LIMIT", QUANTITY, 0);
+if (LIMIT > 0 && LIMIT < QUANTITY) throw new Error(`LIMIT=${LIMIT}: want 0 or at least QUANTITY=${QUANTITY}`);
+
+/** @param {number} n the iteration: is it a greedy buyer's order? */
+const isGreedy = (n) => GREEDY_EVERY > 0 && n % GREEDY_EVERY === 0;
+
 /** Whole orders the stock can fill. */
 const SELLABLE_ORDERS = Math.floor(STOCK / QUANTITY);
-/** Orders that should succeed: every buyer until the stock runs out. */
-const EXPECTED_ORDERS = Math.min(SELLABLE_ORDERS, BUYERS);
+/** Orders that should succeed: every buyer within its allowance until the stock runs out. */
+const EXPECTED_ORDERS = (() => {
+  const greedyIters = GREEDY_EVERY > 0 ? Math.ceil(BUYERS / GREEDY_EVERY) : 0;
+  let greedy = greedyIters;
+  if (LIMIT > 0) {
+    greedy = 0;
+    for (let g = 0; g < GREEDY_BUYERS; g++) {
+      const iters = Math.max(0, Math.ceil((greedyIters - g) / GREEDY_BUYERS));
+      greedy += Math.min(iters, Math.floor(LIMIT / QUANTITY));
+    }
+  }
+  return Math.min(SELLABLE_ORDERS, BUYERS - greedyIters + greedy);
+})();
 /** Units that must be sold by the end: min(stock, demand), in whole orders. */
 const EXPECTED_SOLD = EXPECTED_ORDERS * QUANTITY;
 
@@ -126,7 +154,9 @@ const EXPECTED_SOLD = EXPECTED_ORDERS * QUANTITY;
 
 const created = new Counter("created"); // 201
 const replayed = new Counter("replayed"); // 200
-const soldOut = new Counter("sold_out"); // 409
+const soldOut = new Counter("sold_out"); // 409 sold-out
+const limitExceeded = new Counter("limit_exceeded"); // 409 limit-exceeded
+const limitExceededByServer = new Counter("limit_exceeded_by_server"); // buyers over the limit, from the audit
 const busy = new Counter("busy"); // 429
 const errors = new Counter("errors"); // anything else, no response included
 const orderDuration = new Trend("order_duration", true);
@@ -168,6 +198,8 @@ const thresholds = {
   invariant_broken: ["count==0"],
   // A 201 is a sold order: never more of them than the stock can fill.
   created: [`count<=${SELLABLE_ORDERS}`],
+  // No buyer holds more than the per-buyer limit, says the audit.
+  limit_exceeded_by_server: ["count==0"],
 };
 if (SCENARIO === "arrival") {
   // An arrival the executor could not start is a buyer who never came: the
@@ -209,6 +241,7 @@ http.setResponseCallback(http.expectedStatuses(200, 201, 409, 429));
  * @property {number} stocked
  * @property {boolean} consistent
  * @property {number} oversold
+ * @property {number} buyers_over_limit buyers holding more than the per-buyer limit
  */
 
 /** @returns {Record<string, string>} */
@@ -287,7 +320,7 @@ export function setup() {
   const sku = SKU_ENV !== "" ? SKU_ENV : `seckill-${runId}`;
   const path = `/v1/admin/stock/${encodeURIComponent(sku)}`;
 
-  const put = http.put(`${BASE_URLS[0]}${path}`, JSON.stringify({ available: STOCK }), {
+  const put = http.put(`${BASE_URLS[0]}${path}`, JSON.stringify({ available: STOCK, per_buyer_limit: LIMIT }), {
     headers: adminHeaders(),
     tags: { name: "PUT /v1/admin/stock/{sku}" },
   });
@@ -347,7 +380,9 @@ export default function (data) {
       "Content-Type": "application/json",
       "Idempotency-Key": key,
       "X-Forwarded-For": clientIP,
-      Authorization: `Bearer ${buyerToken(`${data.runId}-b${n}`)}`,
+      Authorization: `Bearer ${buyerToken(
+        isGreedy(n) ? `${data.runId}-g${Math.floor(n / GREEDY_EVERY) % GREEDY_BUYERS}` : `${data.runId}-b${n}`,
+      )}`,
     },
     tags: { name: "POST /v1/orders" },
   };
@@ -368,9 +403,13 @@ export default function (data) {
       case 200:
         replayed.add(1);
         return;
-      case 409:
-        soldOut.add(1);
+      case 409: {
+        const p = body(res);
+        const type = p && typeof p === "object" && "type" in p ? String(p.type) : "";
+        if (type.endsWith("/limit-exceeded")) limitExceeded.add(1);
+        else soldOut.add(1);
         return;
+      }
       case 429:
         busy.add(1);
         break;
@@ -414,6 +453,9 @@ export function teardown(data) {
     }
   }
   invariantBroken.add(broken);
+
+  limitExceededByServer.add(a.buyers_over_limit);
+  if (a.buyers_over_limit) console.error(`seckill: audit reports ${a.buyers_over_limit} buyers over the limit of ${LIMIT}`);
 
   oversold.add(a.oversold);
   if (a.oversold !== 0) console.error(`seckill: audit reports oversold=${a.oversold}`);
@@ -466,6 +508,7 @@ function textSummary(data) {
     "",
     `seckill (${SCENARIO}): stock ${STOCK}, buyers ${BUYERS} x ${QUANTITY}, vus ${VUS}, ${BASE_URLS.length} base URL(s)`,
     `  created ${v("created", "count")}  replayed ${v("replayed", "count")}  sold_out ${v("sold_out", "count")}` +
+      `  limit_exceeded ${v("limit_exceeded", "count")}  limit_exceeded_by_server ${v("limit_exceeded_by_server", "count")}` +
       `  busy ${v("busy", "count")}  errors ${v("errors", "count")}`,
     `  orders/s ${v("created", "rate").toFixed(1)}  requests/s ${v("http_reqs", "rate").toFixed(1)}`,
     `  order latency p50 ${ms(v("order_duration", "med"))}  p95 ${ms(v("order_duration", "p(95)"))}` +
