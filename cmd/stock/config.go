@@ -142,7 +142,7 @@ func parseConfig(getenv func(string) string) (config, error) {
 	}
 	strategy, safe, err := service.ParseStrategy(p.str("STOCK_STRATEGY", string(service.StrategyLockVersion)))
 	if err != nil {
-		p.fail("STOCK_STRATEGY", fmt.Sprintf("%v; want one of %v", err, service.Strategies))
+		p.fail("STOCK_STRATEGY", fmt.Sprintf("%v; want one of %v", err, service.Strategies()))
 	} else if !safe && !c.AllowUnsafe {
 		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", strategy))
 	}

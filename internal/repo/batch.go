@@ -110,7 +110,7 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 		}
 		err := tx.Exec("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES "+ins.String(), insArgs...).Error
 		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1062 {
+		if errors.As(err, &me) && me.Number == errDupEntry {
 			return errKeyRace
 		}
 		if err != nil {
@@ -210,7 +210,7 @@ func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service
 				"INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
 				it.Buyer, it.Key, it.RequestHash, b.SKU, it.Quantity, b.Fence, now)
 			var me *mysql.MySQLError
-			if errors.As(err, &me) && me.Number == 1062 {
+			if errors.As(err, &me) && me.Number == errDupEntry {
 				errs[i] = service.ErrDuplicateKey
 				if cur.PerBuyerLimit > 0 { // give back what takeAllowance took for it
 					if err := tx.Exec("UPDATE buyer_purchases SET quantity = quantity - ? WHERE buyer = ? AND sku = ?", q, it.Buyer, b.SKU).Error; err != nil {

@@ -139,6 +139,9 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	return nil
 }
 
+// errDupEntry is MySQL's ER_DUP_ENTRY: a unique key already has the value.
+const errDupEntry = 1062
+
 // translate maps driver and gorm errors onto service sentinels, keeping the
 // original for the log.
 func translate(ctx context.Context, op string, err error) error {
@@ -151,7 +154,7 @@ func translate(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("repo: %s: %w", op, err)
 	case errors.As(err, &me):
 		switch me.Number {
-		case 1062:
+		case errDupEntry:
 			return fmt.Errorf("repo: %s: %w", op, service.ErrDuplicateKey)
 		case 1205, 1213: // lock wait timeout, deadlock: the transaction was rolled back
 			return fmt.Errorf("repo: %s: %w", op, errors.Join(service.ErrBusy, err))

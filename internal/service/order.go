@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -29,13 +30,15 @@ const (
 	StrategyForUpdate   Strategy = "for-update"   // SELECT ... FOR UPDATE
 )
 
-// Strategies lists every strategy.
-var Strategies = []Strategy{StrategyNone, StrategyLock, StrategyVersion, StrategyLockVersion, StrategyConditional, StrategyForUpdate}
+var strategies = []Strategy{StrategyNone, StrategyLock, StrategyVersion, StrategyLockVersion, StrategyConditional, StrategyForUpdate}
+
+// Strategies returns every strategy, in the README's order (a new slice).
+func Strategies() []Strategy { return slices.Clone(strategies) }
 
 // ParseStrategy returns the named strategy and whether it is safe without a
 // working lock.
 func ParseStrategy(s string) (st Strategy, safe bool, err error) {
-	for _, x := range Strategies {
+	for _, x := range strategies {
 		if string(x) == s {
 			return x, x != StrategyNone && x != StrategyLock, nil
 		}
@@ -141,8 +144,6 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
 }
 
-// Strategy returns the configured strategy.
-func (s *Service) Strategy() Strategy { return s.cfg.Strategy }
 
 // PlaceRequest is one order request.
 type PlaceRequest struct {
@@ -412,8 +413,6 @@ func (s *Service) redisUp() {
 	}
 }
 
-// RedisDown reports whether the last lock attempt found Redis unreachable.
-func (s *Service) RedisDown() bool { return s.redisDown.Load() }
 
 // Order returns an order by id if buyer placed it; buyer "" (the admin) may
 // read any. It returns ErrOrderNotFound for an order of another buyer, so
@@ -503,5 +502,3 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	return s.store.Audit(ctx, sku)
 }
 
-// Ping checks the database.
-func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }

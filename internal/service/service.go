@@ -211,8 +211,6 @@ type Store interface {
 	// error (ErrConflict, ErrUnknownSKU, ErrUnavailable, or BeforeCommit's)
 	// means nothing was written.
 	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)
-	// Ping checks the database.
-	Ping(ctx context.Context) error
 }
 
 var (
