@@ -60,8 +60,8 @@ type Config struct {
 	URLs        []string // base URLs of the instances, loopback only; buyers are spread over them
 	SKU         string   // empty: "seckill-<run id>", a fresh SKU per run
 	Stock       int64    // units set through the admin API before the run
-	Buyers      int      // buyers, one order each
-	Concurrency int      // concurrent buyers (connections)
+	Buyers      int      // buyers, one order each (with Crowds: 0, the sum of theirs)
+	Concurrency int      // concurrent buyers (connections) (with Crowds: 0, the sum of theirs)
 	Quantity    int      // units per order
 	AdminToken  string   // bearer token of the admin API (required)
 	// JWTSecret signs each buyer's bearer token (HS256, sub "<run id>-b<n>"):
@@ -86,7 +86,38 @@ type Config struct {
 	// buyers' goroutines (so it must be safe for concurrent use and quick).
 	// Fault tests use it to time recoveries.
 	Observe func(Event)
+	// ClientIP, if set, is buyer i's client IP address: every request of its
+	// order carries "X-Forwarded-For: <ClientIP(i)>" (none when it returns
+	// ""), so instances that trust the driver as a proxy
+	// (STOCK_TRUSTED_PROXIES=127.0.0.1) see each buyer as a client of its
+	// own, for their per-IP rate limit. Buyers may share an address (one
+	// person placing several orders). Default: no header, every buyer is
+	// the driver's own address.
+	ClientIP func(buyer int) string
+	// Crowds, if set, splits the buyers into groups with their own workers,
+	// retries and pace (ordinary buyers and bots in one run, on one SKU):
+	// crowd k's buyers are the next Crowds[k].Buyers indices after those of
+	// crowds 0..k-1. Buyers, Concurrency and Retries must then be 0:
+	// Validate sets them to the sums of the crowds (Retries to the most of
+	// any crowd). Result.Crowds reports each crowd on its own.
+	Crowds []Crowd
 }
+
+// Crowd is one group of the buyers of a run (Config.Crowds).
+type Crowd struct {
+	Name        string // names it in the result; default "crowd<k>"
+	Buyers      int    // its buyers, one order (one key) each
+	Concurrency int    // its workers: at most this many of its orders in flight
+	Retries     int    // retries of one of its orders, same key, on 429/502/503/504/no response
+	// Rate, if > 0, paces the crowd: its j-th order (j counted from 0 within
+	// the crowd) is not sent before j/Rate seconds into the buying phase,
+	// so the crowd starts Rate orders per second while its workers keep
+	// up. 0: every worker sends its next order as soon as the last one ended.
+	Rate float64
+}
+
+// MaxCrowdRate bounds Crowd.Rate (orders per second).
+const MaxCrowdRate = 100_000
 
 // Event is one order request, as Config.Observe sees it.
 type Event struct {
@@ -96,6 +127,10 @@ type Event struct {
 	Sent   time.Time // when the request was sent
 	At     time.Time // when the answer (or the error) came
 	Status string    // "201", "503", "no-response", ...
+	// Problem is the kind of a problem details answer: the last segment of
+	// its type URI ("rate-limited", "busy", "sold-out", ...); "" for none.
+	// A 429 is "rate-limited" (the per-IP limit) or "busy" (the SKU's line).
+	Problem string
 }
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
@@ -114,6 +149,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("driver: base URL %q: load tests target loopback addresses only (127.0.0.1, ::1, localhost)", raw)
 		}
 		c.URLs[i] = u.String()
+	}
+	if err := c.validateCrowds(); err != nil {
+		return err
 	}
 	switch {
 	case c.SKU != "" && !tokenRE.MatchString(c.SKU):
@@ -143,6 +181,53 @@ func (c *Config) Validate() error {
 		c.ReadyTimeout = 30 * time.Second
 	}
 	return nil
+}
+
+// validateCrowds checks the crowds and sets Buyers, Concurrency and Retries
+// from them.
+func (c *Config) validateCrowds() error {
+	if len(c.Crowds) == 0 {
+		return nil
+	}
+	names := map[string]bool{}
+	buyers, conc, retries := 0, 0, 0
+	for k := range c.Crowds {
+		cr := &c.Crowds[k]
+		if cr.Name == "" {
+			cr.Name = "crowd" + strconv.Itoa(k)
+		}
+		switch {
+		case names[cr.Name]:
+			return fmt.Errorf("driver: crowd %q twice", cr.Name)
+		case cr.Buyers < 1 || cr.Buyers > MaxBuyers:
+			return fmt.Errorf("driver: crowd %s: buyers %d: want 1..%d", cr.Name, cr.Buyers, MaxBuyers)
+		case cr.Concurrency < 1 || cr.Concurrency > MaxConcurrency:
+			return fmt.Errorf("driver: crowd %s: concurrency %d: want 1..%d", cr.Name, cr.Concurrency, MaxConcurrency)
+		case cr.Retries < 0 || cr.Retries > MaxRetries:
+			return fmt.Errorf("driver: crowd %s: retries %d: want 0..%d", cr.Name, cr.Retries, MaxRetries)
+		case !(cr.Rate >= 0 && cr.Rate <= MaxCrowdRate):
+			return fmt.Errorf("driver: crowd %s: rate %v: want 0..%d orders/s", cr.Name, cr.Rate, MaxCrowdRate)
+		}
+		names[cr.Name] = true
+		buyers += cr.Buyers
+		conc += cr.Concurrency
+		retries = max(retries, cr.Retries)
+	}
+	// 0, or what an earlier Validate set.
+	if c.Buyers != 0 && c.Buyers != buyers || c.Concurrency != 0 && c.Concurrency != conc || c.Retries != 0 && c.Retries != retries {
+		return errors.New("driver: with crowds, buyers, concurrency and retries are per crowd: leave them 0")
+	}
+	c.Buyers, c.Concurrency, c.Retries = buyers, conc, retries
+	return nil
+}
+
+// crowds returns the crowds of the run: Config.Crowds, or one crowd of every
+// buyer at full speed.
+func (c *Config) crowds() []Crowd {
+	if len(c.Crowds) > 0 {
+		return c.Crowds
+	}
+	return []Crowd{{Buyers: c.Buyers, Concurrency: c.Concurrency, Retries: c.Retries}}
 }
 
 func loopback(host string) bool {
@@ -189,13 +274,27 @@ type Result struct {
 	Requests         int            `json:"requests"`
 	Statuses         map[string]int `json:"statuses"` // per request: "201", "409", "429", "no-response", ...
 	Outcomes         map[string]int `json:"outcomes"` // per buyer, its last answer
-	Created          int            `json:"created"`  // 201s
-	Replayed         int            `json:"replayed"` // 200s (a retry of an order that had been committed)
-	BadEchoes        int            `json:"bad_echoes"`
-	OrdersPerSec     float64        `json:"orders_per_sec"` // 201s per second of the buying phase
-	RequestsPerSec   float64        `json:"requests_per_sec"`
-	Latency          Latency        `json:"latency"` // every order request, retries included
-	Timeline         Timeline       `json:"timeline"`
+	// RateLimited and Busy split Statuses["429"] by problem type: refused by
+	// the per-client-IP rate limit, or busy (the SKU's line is full; any
+	// other 429 counts here too).
+	RateLimited int `json:"rate_limited"`
+	Busy        int `json:"busy"`
+	// RateLimitedBuyers is buyers whose last answer was 429 rate-limited:
+	// refused by policy, so not counted in the demand the sell-out check
+	// expects to be served.
+	RateLimitedBuyers int `json:"rate_limited_buyers"`
+	// Problems counts problem details answers by kind ("sold-out", "busy",
+	// "rate-limited", ...).
+	Problems       map[string]int `json:"problems,omitempty"`
+	Created        int            `json:"created"`  // 201s
+	Replayed       int            `json:"replayed"` // 200s (a retry of an order that had been committed)
+	BadEchoes      int            `json:"bad_echoes"`
+	OrdersPerSec   float64        `json:"orders_per_sec"` // 201s per second of the buying phase
+	RequestsPerSec float64        `json:"requests_per_sec"`
+	Latency        Latency        `json:"latency"` // every order request, retries included
+	Timeline       Timeline       `json:"timeline"`
+	// Crowds is each crowd on its own (only with Config.Crowds).
+	Crowds []CrowdResult `json:"crowds,omitempty"`
 
 	Metrics   Metrics    `json:"metrics"`
 	Instances []Instance `json:"instances,omitempty"` // filled by whoever started the instances
@@ -228,6 +327,32 @@ type Latency struct {
 	P99  float64 `json:"p99_ms"`
 	Max  float64 `json:"max_ms"`
 	Mean float64 `json:"mean_ms"`
+}
+
+// CrowdResult is what one crowd of the run saw: the same counts as the run's,
+// over its buyers' requests only.
+type CrowdResult struct {
+	Name        string  `json:"name"`
+	FirstBuyer  int     `json:"first_buyer"` // its buyers are FirstBuyer .. FirstBuyer+Buyers-1
+	Buyers      int     `json:"buyers"`
+	Concurrency int     `json:"concurrency"`
+	Retries     int     `json:"retries"`
+	Rate        float64 `json:"rate"`
+
+	BuyersRun         int            `json:"buyers_run"`
+	Requests          int            `json:"requests"`
+	Statuses          map[string]int `json:"statuses"`
+	Outcomes          map[string]int `json:"outcomes"`
+	RateLimited       int            `json:"rate_limited"`
+	Busy              int            `json:"busy"`
+	RateLimitedBuyers int            `json:"rate_limited_buyers"`
+	Created           int            `json:"created"`
+	Replayed          int            `json:"replayed"`
+	Latency           Latency        `json:"latency"`
+	// FirstSent and LastAnswer bound its requests, in seconds since the
+	// start of the buying phase (0 and 0 when it sent none).
+	FirstSent  float64 `json:"first_sent_seconds"`
+	LastAnswer float64 `json:"last_answer_seconds"`
 }
 
 // Timeline counts answers per BucketWidth of the buying phase.
@@ -285,14 +410,17 @@ type ack struct {
 
 // attempt is one order request.
 type attempt struct {
+	buyer   int
 	at      time.Duration // answer, since the start of the buying phase
 	latency time.Duration
 	status  string
+	problem string // kind of a problem details answer, "" for none
 }
 
 // buyer is the outcome of one buyer.
 type buyer struct {
 	last     string // status of the last try
+	limited  bool   // the last try was answered 429 rate-limited
 	answered bool   // the last try got an HTTP answer
 	ack      *ack
 }
@@ -381,7 +509,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	m1 := r.scrapeAll(ctx)
 	res.Metrics = diffMetrics(cfg.URLs, m0, m1)
-	summarise(res, buyers, attempts)
+	summarise(res, cfg, buyers, attempts)
 
 	after, err := r.audit(ctx, cfg.URLs[0])
 	if err != nil {
@@ -497,6 +625,21 @@ type answer struct {
 	retryAfter string
 }
 
+// problem is the kind of a problem details answer (the last segment of its
+// type URI), or "".
+func (a answer) problem() string {
+	if a.status < 400 || len(a.body) == 0 || a.body[0] != '{' {
+		return ""
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(a.body, &p) != nil || p.Type == "" {
+		return ""
+	}
+	return p.Type[strings.LastIndexByte(p.Type, '/')+1:]
+}
+
 func (r *runner) send(ctx context.Context, method, u string, body []byte, h http.Header) (answer, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
@@ -522,33 +665,48 @@ func (r *runner) send(ctx context.Context, method, u string, body []byte, h http
 	return answer{status: resp.StatusCode, body: out, retryAfter: resp.Header.Get("Retry-After")}, d, nil
 }
 
-// buy runs every buyer with Concurrency workers and returns each buyer's
-// outcome and every request.
+// buy runs every buyer, each crowd with its own workers, and returns each
+// buyer's outcome and every request.
 func (r *runner) buy(ctx context.Context, res *Result) ([]buyer, []attempt) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
 	defer cancel()
 	payload, _ := json.Marshal(map[string]any{"sku": r.sku, "quantity": r.cfg.Quantity})
 	buyers := make([]buyer, r.cfg.Buyers)
 	perWorker := make([][]attempt, r.cfg.Concurrency)
-	var next atomic.Int64
+	crowds := r.cfg.crowds()
+	nexts := make([]atomic.Int64, len(crowds))
 	var wg sync.WaitGroup
 	r.start = time.Now()
 	res.Started = r.start
-	for w := range r.cfg.Concurrency {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= r.cfg.Buyers || ctx.Err() != nil {
-					return
+	w, first := 0, 0
+	for k, cr := range crowds {
+		lo := first // the crowd's first buyer
+		for range cr.Concurrency {
+			log := &perWorker[w]
+			w++
+			wg.Go(func() {
+				for {
+					j := int(nexts[k].Add(1) - 1)
+					if j >= cr.Buyers || ctx.Err() != nil {
+						return
+					}
+					if cr.Rate > 0 && !r.sleepUntil(ctx, time.Duration(float64(j)/cr.Rate*float64(time.Second))) {
+						return // the cap came first: not started
+					}
+					i := lo + j
+					buyers[i].last = "aborted" // started; replaced by its outcome
+					if ctx.Err() != nil {
+						return
+					}
+					buyers[i] = r.buyer(ctx, i, cr.Retries, payload, log)
 				}
-				buyers[i] = r.buyer(ctx, i, payload, &perWorker[w])
-			}
-		})
+			})
+		}
+		first += cr.Buyers
 	}
 	wg.Wait()
 	res.Seconds = time.Since(r.start).Seconds()
 	res.Aborted = ctx.Err() != nil
-	res.BuyersRun = int(min(next.Load(), int64(r.cfg.Buyers)))
 	var all []attempt
 	for _, a := range perWorker {
 		all = append(all, a...)
@@ -556,11 +714,27 @@ func (r *runner) buy(ctx context.Context, res *Result) ([]buyer, []attempt) {
 	return buyers, all
 }
 
-// buyer places one order under one key, retrying with that key while the
-// answer is "not now" (429, 502, 503, 504 or none).
-func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attempt) buyer {
+// sleepUntil waits until offset into the buying phase; false if ctx ended first.
+func (r *runner) sleepUntil(ctx context.Context, offset time.Duration) bool {
+	d := time.Until(r.start.Add(offset))
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// buyer places one order under one key, retrying (at most retries times)
+// with that key while the answer is "not now" (429, 502, 503, 504 or none).
+func (r *runner) buyer(ctx context.Context, i, retries int, payload []byte, log *[]attempt) buyer {
 	u := i % len(r.cfg.URLs)
-	key := r.runID + "-" + strconv.Itoa(i)
+	key := keyOf(r.runID, i)
 	h := http.Header{"Idempotency-Key": {key}}
 	if r.cfg.JWTSecret != "" {
 		tok, err := auth.Mint([]byte(r.cfg.JWTSecret), r.runID+"-b"+strconv.Itoa(i), time.Hour, "", "")
@@ -569,6 +743,11 @@ func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attemp
 		}
 		h.Set("Authorization", "Bearer "+tok)
 	}
+	if r.cfg.ClientIP != nil {
+		if ip := r.cfg.ClientIP(i); ip != "" {
+			h.Set("X-Forwarded-For", ip)
+		}
+	}
 	var b buyer
 	for try := 0; ; try++ {
 		base := r.cfg.URLs[u]
@@ -576,22 +755,23 @@ func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attemp
 		ans, d, err := r.send(ctx, http.MethodPost, base+"/v1/orders", payload, h)
 		if err != nil && ctx.Err() != nil {
 			// The duration cap, not the server: neither an answer nor a latency.
-			b.last, b.answered = "aborted", false
+			b.last, b.answered, b.limited = "aborted", false, false
 			return b
 		}
-		status := "no-response"
+		status, problem := "no-response", ""
 		if err == nil {
-			status = strconv.Itoa(ans.status)
+			status, problem = strconv.Itoa(ans.status), ans.problem()
 		}
-		*log = append(*log, attempt{at: time.Since(r.start), latency: d, status: status})
+		*log = append(*log, attempt{buyer: i, at: time.Since(r.start), latency: d, status: status, problem: problem})
 		if r.cfg.Observe != nil {
-			r.cfg.Observe(Event{Buyer: i, Try: try, URL: base, Sent: sent, At: sent.Add(d), Status: status})
+			r.cfg.Observe(Event{Buyer: i, Try: try, URL: base, Sent: sent, At: sent.Add(d), Status: status, Problem: problem})
 		}
 		if r.cfg.Failover && (err != nil || ans.status == http.StatusBadGateway ||
 			ans.status == http.StatusServiceUnavailable || ans.status == http.StatusGatewayTimeout) {
 			u = (u + 1) % len(r.cfg.URLs)
 		}
 		b.last, b.answered = status, err == nil
+		b.limited = err == nil && rateLimited(ans.status, problem)
 		switch {
 		case err != nil:
 		case ans.status == http.StatusCreated || ans.status == http.StatusOK:
@@ -604,7 +784,7 @@ func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attemp
 		default: // 409 sold out, or a 4xx that will not change
 			return b
 		}
-		if try >= r.cfg.Retries {
+		if try >= retries {
 			return b
 		}
 		t := time.NewTimer(backoff(ans.retryAfter, try))
@@ -617,6 +797,14 @@ func (r *runner) buyer(ctx context.Context, i int, payload []byte, log *[]attemp
 	}
 }
 
+// ProblemRateLimited is the problem kind of a 429 from the per-client-IP
+// rate limit; any other 429 (the SKU's line is full: "busy") counts as busy.
+const ProblemRateLimited = "rate-limited"
+
+func rateLimited(status int, problem string) bool {
+	return status == http.StatusTooManyRequests && problem == ProblemRateLimited
+}
+
 // backoff is the pause before retry number try+1: Retry-After when it is
 // given in seconds, else 50ms doubling, capped at 5s, with +-50% jitter.
 func backoff(retryAfter string, try int) time.Duration {
@@ -627,20 +815,20 @@ func backoff(retryAfter string, try int) time.Duration {
 	return time.Duration(min(base, 5) * (0.5 + mrand.Float64()) * float64(time.Second))
 }
 
-// summarise fills the counts, rates, latencies and timeline.
-func summarise(res *Result, buyers []buyer, attempts []attempt) {
+// summarise fills the counts, rates, latencies and timeline, of the run
+// and of each crowd.
+func summarise(res *Result, cfg Config, buyers []buyer, attempts []attempt) {
 	res.Statuses = map[string]int{}
 	res.Outcomes = map[string]int{}
+	res.Problems = map[string]int{}
 	res.Requests = len(attempts)
-	lat := make([]time.Duration, 0, len(attempts))
 	var last time.Duration
-	var sum time.Duration
 	n := int(math.Ceil(res.Seconds*float64(time.Second)/float64(BucketWidth))) + 1
 	res.Timeline = Timeline{BucketMS: int(BucketWidth / time.Millisecond), Created: make([]int, n), Requests: make([]int, n)}
 	for _, a := range attempts {
-		res.Statuses[a.status]++
-		lat = append(lat, a.latency)
-		sum += a.latency
+		if a.problem != "" {
+			res.Problems[a.problem]++
+		}
 		bi := min(int(a.at/BucketWidth), n-1)
 		res.Timeline.Requests[bi]++
 		if a.status == "201" {
@@ -648,33 +836,99 @@ func summarise(res *Result, buyers []buyer, attempts []attempt) {
 			last = max(last, a.at)
 		}
 	}
-	for i := range buyers[:res.BuyersRun] {
-		b := &buyers[i]
-		if b.last == "" {
-			b.last = "aborted"
-		}
-		res.Outcomes[b.last]++
-		if b.ack != nil {
-			if b.ack.status == http.StatusCreated {
-				res.Created++
-			} else {
-				res.Replayed++
-			}
-		}
-	}
+	all := tallyOf(attempts, buyers, func(int) bool { return true })
+	res.BuyersRun = all.buyersRun
+	res.Statuses, res.Outcomes, res.RateLimited, res.Busy = all.statuses, all.outcomes, all.rateLimited, all.busy
+	res.RateLimitedBuyers, res.Created, res.Replayed, res.Latency = all.limitedBuyers, all.created, all.replayed, all.latency
 	res.LastOrderSeconds = last.Seconds()
 	if res.Seconds > 0 {
 		res.OrdersPerSec = float64(res.Created) / res.Seconds
 		res.RequestsPerSec = float64(res.Requests) / res.Seconds
 	}
+	if len(cfg.Crowds) == 0 {
+		return
+	}
+	first := 0
+	for _, cr := range cfg.Crowds {
+		lo, hi := first, first+cr.Buyers
+		first = hi
+		t := tallyOf(attempts, buyers[lo:hi], func(i int) bool { return i >= lo && i < hi })
+		res.Crowds = append(res.Crowds, CrowdResult{
+			Name: cr.Name, FirstBuyer: lo, Buyers: cr.Buyers, Concurrency: cr.Concurrency, Retries: cr.Retries, Rate: cr.Rate,
+			BuyersRun: t.buyersRun, Requests: t.requests, Statuses: t.statuses, Outcomes: t.outcomes,
+			RateLimited: t.rateLimited, Busy: t.busy, RateLimitedBuyers: t.limitedBuyers,
+			Created: t.created, Replayed: t.replayed, Latency: t.latency,
+			FirstSent: t.firstSent.Seconds(), LastAnswer: t.lastAnswer.Seconds(),
+		})
+	}
+}
+
+// tally is the counts of some buyers and their requests.
+type tally struct {
+	requests, rateLimited, busy int
+	buyersRun, limitedBuyers    int
+	created, replayed           int
+	statuses, outcomes          map[string]int
+	latency                     Latency
+	firstSent, lastAnswer       time.Duration
+}
+
+// tallyOf counts the attempts of the buyers that in selects, and those
+// buyers that started (a buyer the duration cap kept from starting has no
+// last status).
+func tallyOf(attempts []attempt, buyers []buyer, in func(buyer int) bool) tally {
+	t := tally{statuses: map[string]int{}, outcomes: map[string]int{}}
+	lat := make([]time.Duration, 0, len(attempts))
+	var sum time.Duration
+	t.firstSent = -1
+	for _, a := range attempts {
+		if !in(a.buyer) {
+			continue
+		}
+		t.requests++
+		t.statuses[a.status]++
+		if a.status == "429" {
+			if a.problem == ProblemRateLimited {
+				t.rateLimited++
+			} else {
+				t.busy++
+			}
+		}
+		lat = append(lat, a.latency)
+		sum += a.latency
+		if sent := a.at - a.latency; t.firstSent < 0 || sent < t.firstSent {
+			t.firstSent = sent
+		}
+		t.lastAnswer = max(t.lastAnswer, a.at)
+	}
+	t.firstSent = max(t.firstSent, 0)
+	for i := range buyers {
+		b := &buyers[i]
+		if b.last == "" {
+			continue
+		}
+		t.buyersRun++
+		t.outcomes[b.last]++
+		if b.limited {
+			t.limitedBuyers++
+		}
+		if b.ack != nil {
+			if b.ack.status == http.StatusCreated {
+				t.created++
+			} else {
+				t.replayed++
+			}
+		}
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	if len(lat) > 0 {
-		res.Latency = Latency{
+		t.latency = Latency{
 			P50: ms(quantile(lat, .50)), P95: ms(quantile(lat, .95)), P99: ms(quantile(lat, .99)),
 			Max: ms(lat[len(lat)-1]), Mean: ms(sum / time.Duration(len(lat))),
 		}
 	}
+	return t
 }
 
 // quantile is the nearest-rank quantile of sorted durations.

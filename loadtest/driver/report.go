@@ -125,6 +125,14 @@ func WriteSummary(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  %.2fs, %d requests (%.0f/s), %d x 201 (%.0f orders/s, last at %.2fs), %d x 200 replays\n",
 		r.Seconds, r.Requests, r.RequestsPerSec, r.Created, r.OrdersPerSec, r.LastOrderSeconds, r.Replayed)
 	fmt.Fprintf(w, "  statuses %v; buyer outcomes %v\n", r.Statuses, r.Outcomes)
+	if r.Statuses["429"] > 0 {
+		fmt.Fprintf(w, "  429s: %d rate-limited (%d buyers refused at their last try), %d busy\n", r.RateLimited, r.RateLimitedBuyers, r.Busy)
+	}
+	for _, c := range r.Crowds {
+		fmt.Fprintf(w, "  crowd %s: %d buyers (%d ran), %d requests %.2fs..%.2fs, statuses %v, 429s %d rate-limited %d busy, %d x 201, p50 %.1fms p99 %.1fms max %.1fms\n",
+			c.Name, c.Buyers, c.BuyersRun, c.Requests, c.FirstSent, c.LastAnswer, c.Statuses, c.RateLimited, c.Busy, c.Created,
+			c.Latency.P50, c.Latency.P99, c.Latency.Max)
+	}
 	fmt.Fprintf(w, "  latency p50 %.1fms p95 %.1fms p99 %.1fms max %.1fms\n", r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max)
 	s := r.Metrics.Sum
 	fmt.Fprintf(w, "  metrics (sum of %d): orders %v, conflicts %.0f, lock %v, lock wait mean %sms p99 %.1fms, held mean %sms, db-only %.0f, cpu %.1fs\n",

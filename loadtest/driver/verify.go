@@ -30,6 +30,15 @@ func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
 	res.Oversold = max(after.Oversold, res.Units-cfg.Stock, 0)
 	res.LostUpdates = max(res.Units-res.Sold, 0)
 	q := int64(cfg.Quantity)
+	// A buyer the rate limit refused to the end asked too often: policy, not
+	// demand the service failed to serve.
+	demand, refused := int64(cfg.Buyers), ""
+	if res.RateLimitedBuyers > 0 {
+		demand -= int64(res.RateLimitedBuyers)
+		res.ExpectedOrders = min(cfg.Sellable(), demand)
+		res.ExpectedSold = res.ExpectedOrders * q
+		refused = fmt.Sprintf(" (%d buyers - %d refused by the rate limit at their last try)", cfg.Buyers, res.RateLimitedBuyers)
+	}
 
 	res.check("audit consistent", after.Consistent, true, "%s", strings.Join(after.Problems, "; "))
 	res.check("oversold == 0", res.Oversold == 0, true, "oversold %d units (audit %d; %d units ordered this run for a stock of %d)",
@@ -38,7 +47,7 @@ func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
 	// anything else that breaks it (more sold, or lost updates) is an oversell.
 	short := res.Units < res.ExpectedSold
 	res.checkKind("sold == min(stock, demand)", res.Sold == res.ExpectedSold, !short, short,
-		"sold %d this run, want %d = min(floor(%d/%d), %d) x %d", res.Sold, res.ExpectedSold, cfg.Stock, q, cfg.Buyers, q)
+		"sold %d this run, want %d = min(floor(%d/%d), %d%s) x %d", res.Sold, res.ExpectedSold, cfg.Stock, q, demand, refused, q)
 	res.check("available == stock - sold", after.Available == cfg.Stock-res.Sold, true,
 		"available %d, want %d - %d = %d", after.Available, cfg.Stock, res.Sold, cfg.Stock-res.Sold)
 	res.check("units in orders == sold", res.Units == res.Sold, true,
