@@ -39,12 +39,12 @@ run: build
 bench:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m .
 
-## chaos: the whole fault matrix (loadtest/chaos, STOCK_CHAOS=full): prints the results table and
+## chaos: the whole fault matrix and the bots scenario (loadtest/chaos, STOCK_CHAOS=full): prints the results table and
 ## writes it to loadtest/report/chaos.md; `make test` runs its short subset
 chaos:
 	@mkdir -p loadtest/report && rm -f loadtest/report/chaos.md
 	STOCK_CHAOS=full STOCK_CHAOS_REPORT=$(CURDIR)/loadtest/report/chaos.md \
-		$(GO) test -race -count=1 -timeout 20m -run '^TestChaos$$' ./loadtest/chaos; \
+		$(GO) test -race -count=1 -timeout 20m -run '^(TestChaos|TestBots)$$' ./loadtest/chaos; \
 		status=$$?; cat loadtest/report/chaos.md 2>/dev/null; exit $$status
 
 ## k6-check: type-check the k6 scripts against @types/k6 (no k6 needed)

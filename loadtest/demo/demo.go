@@ -31,7 +31,9 @@ type phase struct {
 	concurrency int
 	quantity    int
 	duration    time.Duration
-	safetyOnly  bool // a run must be safe; buyers giving up (SHORT) is a finding, not a failure
+	safetyOnly  bool  // a run must be safe; buyers giving up (SHORT) is a finding, not a failure
+	greedy      int   // every greedy-th buyer is greedy (0: none)
+	limit       int64 // the SKU's per-buyer limit (0: none)
 }
 
 type options struct {
@@ -95,7 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case "sellout":
 			sell.title = fmt.Sprintf("Sell-out: %d units, %d buyers x %d, %d concurrent, %d instances",
 				sell.stock, sell.buyers, sell.quantity, sell.concurrency, o.instances)
-			sell.note = "The zero-oversell proof: none must oversell (and be caught by the audit and by MySQL); every other strategy must sell exactly the stock."
+			sell.note = fmt.Sprintf("The zero-oversell proof: none must oversell (and be caught by the audit and by MySQL); every other strategy must sell exactly the stock. "+
+				"Every %dth buyer orders as one of %d greedy buyers, with a per-buyer limit of %d units: no buyer may end above it. "+
+				"The per-IP rate limit is on (%s/s, burst %s), each buyer its own address.",
+				demoGreedyEvery, demoGreedyBuyers, 2*sell.quantity, demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
+			sell.greedy, sell.limit = demoGreedyEvery, int64(2*sell.quantity)
 			o.phases = append(o.phases, sell)
 		case "throughput":
 			tp.title = fmt.Sprintf("Throughput: %d units, %d buyers x %d, %d concurrent, %d instances",
@@ -214,7 +220,7 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 	}
 	f, err := fleet.Start(ctx, fleet.Config{
 		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: strategy,
-		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy),
+		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy), Env: demoEnv,
 	})
 	if err != nil {
 		return nil, err
@@ -224,6 +230,7 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 		URLs: f.URLs(), Stock: p.stock, Buyers: p.buyers, Concurrency: p.concurrency, Quantity: p.quantity,
 		AdminToken: token, JWTSecret: fleet.JWTSecret, Retries: o.retries, Duration: p.duration, MySQLDSN: dsn, RedisAddr: o.redis,
 		ExpectOversell: strategy == "none", Label: strategy, Log: o.logw,
+		ClientIP: demoClientIP, Greedy: p.greedy, GreedyBuyers: demoGreedyBuyers, PerBuyerLimit: p.limit,
 	})
 	stopped := f.Stop()
 	if err != nil {
@@ -235,6 +242,27 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 	}
 	return res, nil
 }
+
+// demoEnv turns on the per-IP rate limit as a real sale would run it; every
+// buyer is its own client address (demoClientIP, through X-Forwarded-For,
+// believed from the driver on loopback), so ordinary buyers are never
+// limited and the limit costs its Redis round trip per request.
+var demoEnv = map[string]string{
+	"STOCK_RATE_IP":         "20",
+	"STOCK_RATE_IP_BURST":   "40",
+	"STOCK_TRUSTED_PROXIES": "127.0.0.1",
+}
+
+func demoClientIP(buyer int) string {
+	return fmt.Sprintf("10.%d.%d.%d", buyer>>16&255, buyer>>8&255, buyer&255)
+}
+
+// In the sell-out phase every 10th buyer orders as one of 20 greedy
+// identities, with a per-buyer limit of two orders' worth of units.
+const (
+	demoGreedyEvery  = 10
+	demoGreedyBuyers = 20
+)
 
 // goals states the performance goals for one phase's runs.
 func goals(runs []*driver.Result) []string {

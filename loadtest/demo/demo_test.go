@@ -46,7 +46,7 @@ func TestProof(t *testing.T) {
 			token := "proof-" + driver.NewRunID()
 			f, err := fleet.Start(ctx, fleet.Config{
 				Bin: bin, N: 3, DSN: dsn, RedisAddr: testserver.SharedRedis, AdminToken: token,
-				Strategy: tc.strategy, LogDir: t.TempDir(), Name: dbSafe(tc.strategy),
+				Strategy: tc.strategy, LogDir: t.TempDir(), Name: dbSafe(tc.strategy), Env: demoEnv,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -56,7 +56,9 @@ func TestProof(t *testing.T) {
 			cfg := driver.Config{
 				URLs: f.URLs(), Stock: 100, Buyers: 400, Concurrency: 50, Quantity: tc.quantity, AdminToken: token,
 				JWTSecret: fleet.JWTSecret, Retries: 3, Duration: 40 * time.Second, MySQLDSN: dsn, ExpectOversell: tc.expectOversell,
-				Label: tc.strategy,
+				Label: tc.strategy, ClientIP: demoClientIP,
+				// Greedy buyers: 40 orders of 5 identities, each allowed 2 orders' worth.
+				Greedy: demoGreedyEvery, GreedyBuyers: 5, PerBuyerLimit: int64(2 * tc.quantity),
 			}
 			res, err := driver.Run(ctx, cfg)
 			if err != nil {

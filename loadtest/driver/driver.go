@@ -67,7 +67,15 @@ type Config struct {
 	// JWTSecret signs each buyer's bearer token (HS256, sub "<run id>-b<n>"):
 	// the instances' STOCK_JWT_SECRET. Empty: orders carry no token.
 	JWTSecret string
-	Retries   int // retries of one order with the same key on 429/502/503/504/no response
+	// PerBuyerLimit is the SKU's per-buyer limit, set with the stock (0: none).
+	PerBuyerLimit int64
+	// Greedy, if > 0, makes every Greedy-th buyer (buyer i with i%Greedy == 0)
+	// order as one of GreedyBuyers shared identities, so each of those fires
+	// many concurrent orders, with distinct keys, at every instance; the run
+	// then checks from the audit that no buyer holds more than PerBuyerLimit.
+	Greedy       int
+	GreedyBuyers int
+	Retries      int // retries of one order with the same key on 429/502/503/504/no response
 	// Duration caps the buying phase (default 2m); buyers not started by then
 	// are not run, and the run fails its sell-out check.
 	Duration       time.Duration
@@ -239,10 +247,38 @@ func loopback(host string) bool {
 }
 
 // Expected returns the orders and units a correct server sells:
-// min(floor(stock/quantity), buyers) whole orders.
+// min(floor(stock/quantity), demand) whole orders, where a greedy identity's
+// demand is capped by the per-buyer limit.
 func (c Config) Expected() (orders, units int64) {
-	orders = min(c.Stock/int64(c.Quantity), int64(c.Buyers))
+	orders = min(c.Stock/int64(c.Quantity), c.demand())
 	return orders, orders * int64(c.Quantity)
+}
+
+// demand is the orders the buyers may place: one each, but a greedy
+// identity at most its allowance.
+func (c Config) demand() int64 {
+	if c.Greedy <= 0 {
+		return int64(c.Buyers)
+	}
+	greedy := int64((c.Buyers + c.Greedy - 1) / c.Greedy)
+	allowed := greedy
+	if c.PerBuyerLimit > 0 {
+		allowed = 0
+		g := int64(max(c.GreedyBuyers, 1))
+		for k := range g {
+			orders := max(0, (greedy-k+g-1)/g)
+			allowed += min(orders, c.PerBuyerLimit/int64(c.Quantity))
+		}
+	}
+	return int64(c.Buyers) - greedy + allowed
+}
+
+// BuyerID is the buyer (the token's sub) of buyer i's order.
+func (c Config) BuyerID(runID string, i int) string {
+	if c.Greedy > 0 && i%c.Greedy == 0 {
+		return runID + "-g" + strconv.Itoa((i/c.Greedy)%max(c.GreedyBuyers, 1))
+	}
+	return runID + "-b" + strconv.Itoa(i)
 }
 
 // Sellable is the most orders the stock can fill.
@@ -309,6 +345,9 @@ type Result struct {
 	// LostUpdates is units in orders that the stock row does not account for
 	// (units - sold): the read-check-write race of the unsafe strategy.
 	LostUpdates int64 `json:"lost_updates"`
+	// BuyersOverLimit is the buyers holding more than the per-buyer limit,
+	// from the audit (an unsafe strategy is caught here too).
+	BuyersOverLimit int64 `json:"buyers_over_limit"`
 
 	Checks           []Check `json:"checks"`
 	ExpectOversell   bool    `json:"expect_oversell"`
@@ -559,7 +598,7 @@ func (r *runner) waitReady(ctx context.Context, base string) error {
 // audit before the run (its baseline: a reused SKU keeps its old sales).
 func (r *runner) setup(ctx context.Context) (Audit, error) {
 	path := "/v1/admin/stock/" + url.PathEscape(r.sku)
-	body, _ := json.Marshal(map[string]int64{"available": r.cfg.Stock})
+	body, _ := json.Marshal(map[string]int64{"available": r.cfg.Stock, "per_buyer_limit": r.cfg.PerBuyerLimit})
 	status, out, err := r.do(ctx, http.MethodPut, r.cfg.URLs[0]+path, body, r.adminHeaders())
 	if err != nil || status != http.StatusOK {
 		return Audit{}, fmt.Errorf("driver: PUT %s: status %d, want 200: %v %s", path, status, err, clip(out))
@@ -737,7 +776,7 @@ func (r *runner) buyer(ctx context.Context, i, retries int, payload []byte, log 
 	key := keyOf(r.runID, i)
 	h := http.Header{"Idempotency-Key": {key}}
 	if r.cfg.JWTSecret != "" {
-		tok, err := auth.Mint([]byte(r.cfg.JWTSecret), r.runID+"-b"+strconv.Itoa(i), time.Hour, "", "")
+		tok, err := auth.Mint([]byte(r.cfg.JWTSecret), r.cfg.BuyerID(r.runID, i), time.Hour, "", "")
 		if err != nil {
 			return buyer{last: "token: " + err.Error()}
 		}

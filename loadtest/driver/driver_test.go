@@ -181,3 +181,23 @@ func TestWriteHTMLSelfContained(t *testing.T) {
 		t.Errorf("report has %d charts; want 3", n)
 	}
 }
+
+// Greedy identities are capped by the per-buyer limit in the expected demand.
+func TestGreedyDemand(t *testing.T) {
+	c := Config{Stock: 1000, Buyers: 100, Quantity: 1, Greedy: 10, GreedyBuyers: 3, PerBuyerLimit: 2}
+	// Buyers 0, 10, ..., 90 are greedy: identities g0 (4 orders), g1 and g2
+	// (3 each), each allowed 2; the other 90 buyers one order each.
+	if o, _ := c.Expected(); o != 96 {
+		t.Fatalf("Expected() orders = %d; want 90 + 3 x 2 = 96", o)
+	}
+	if id := c.BuyerID("r", 40); id != "r-g1" {
+		t.Fatalf("BuyerID(40) = %q; want r-g1", id)
+	}
+	if id := c.BuyerID("r", 41); id != "r-b41" {
+		t.Fatalf("BuyerID(41) = %q; want r-b41", id)
+	}
+	c.PerBuyerLimit = 0
+	if o, _ := c.Expected(); o != 100 {
+		t.Fatalf("Expected() without a limit = %d; want 100", o)
+	}
+}

@@ -28,11 +28,12 @@ func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
 	res.Orders = after.Orders - before.Orders
 	res.Units = after.OrderedQuantity - before.OrderedQuantity
 	res.Oversold = max(after.Oversold, res.Units-cfg.Stock, 0)
+	res.BuyersOverLimit = after.BuyersOverLimit
 	res.LostUpdates = max(res.Units-res.Sold, 0)
 	q := int64(cfg.Quantity)
 	// A buyer the rate limit refused to the end asked too often: policy, not
 	// demand the service failed to serve.
-	demand, refused := int64(cfg.Buyers), ""
+	demand, refused := cfg.demand(), ""
 	if res.RateLimitedBuyers > 0 {
 		demand -= int64(res.RateLimitedBuyers)
 		res.ExpectedOrders = min(cfg.Sellable(), demand)
@@ -48,6 +49,10 @@ func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
 	short := res.Units < res.ExpectedSold
 	res.checkKind("sold == min(stock, demand)", res.Sold == res.ExpectedSold, !short, short,
 		"sold %d this run, want %d = min(floor(%d/%d), %d%s) x %d", res.Sold, res.ExpectedSold, cfg.Stock, q, demand, refused, q)
+	if cfg.PerBuyerLimit > 0 {
+		res.check("no buyer over the per-buyer limit", after.BuyersOverLimit == 0, true,
+			"%d buyers hold more than the limit of %d (the most: %d)", after.BuyersOverLimit, cfg.PerBuyerLimit, after.MaxBuyerHolds)
+	}
 	res.check("available == stock - sold", after.Available == cfg.Stock-res.Sold, true,
 		"available %d, want %d - %d = %d", after.Available, cfg.Stock, res.Sold, cfg.Stock-res.Sold)
 	res.check("units in orders == sold", res.Units == res.Sold, true,
@@ -82,7 +87,7 @@ func verify(res *Result, cfg Config, before, after Audit, acks []ack) {
 
 // decide sets OversellDetected and Passed from the checks.
 func decide(res *Result) {
-	res.OversellDetected = res.Oversold > 0 || res.LostUpdates > 0 ||
+	res.OversellDetected = res.Oversold > 0 || res.LostUpdates > 0 || res.BuyersOverLimit > 0 ||
 		res.MySQL != nil && (res.MySQL.Oversold > 0 || res.MySQL.LostUpdates > 0)
 	if res.ExpectOversell {
 		res.check("oversell detected (expected)", res.OversellDetected, false,
