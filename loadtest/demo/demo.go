@@ -80,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&tp.concurrency, "tp-concurrency", 200, "throughput: concurrent buyers")
 	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
 	fs.DurationVar(&tp.duration, "tp-duration", time.Minute, "throughput: cap on each run's buying phase")
+	fs.Int64Var(&tp.limit, "tp-limit", 0, "throughput: the SKU's per-buyer limit in units (0: none), to measure what enforcing it costs")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
