@@ -3,14 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/seckill/stock/internal/testserver"
 )
@@ -233,5 +241,52 @@ func TestRateLimitWithRedisDown(t *testing.T) {
 		if !strings.Contains(string(body), `stock_rate_limit_total{result="failed_`+mode+`"} 1`) {
 			t.Errorf("metrics after a %s failure lack failed_%s 1", mode, mode)
 		}
+	}
+}
+
+// stock token mints a buyer's token that serve accepts; it needs the secret.
+func TestTokenCommand(t *testing.T) {
+	var out strings.Builder
+	if err := run(context.Background(), []string{"stock", "token", "--buyer", "u-7", "--ttl", "10m"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	v, err := verifier(config{JWTSecret: testJWTSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub, err := v.Verify(strings.TrimSpace(out.String())); err != nil || sub != "u-7" {
+		t.Fatalf("the minted token verifies as %q, %v; want u-7", sub, err)
+	}
+	if err := run(context.Background(), []string{"stock", "token"}, env(nil), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--buyer") {
+		t.Fatalf("token without --buyer = %v; want a usage error", err)
+	}
+	noSecret := env(map[string]string{"STOCK_JWT_SECRET": ""})
+	if err := run(context.Background(), []string{"stock", "token", "--buyer", "u"}, noSecret, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_SECRET") {
+		t.Fatalf("token without a secret = %v; want it to name STOCK_JWT_SECRET", err)
+	}
+	if err := run(context.Background(), []string{"stock", "serve"}, noSecret, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_SECRET") {
+		t.Fatalf("serve without any token key = %v; want it to name STOCK_JWT_SECRET", err)
+	}
+}
+
+// STOCK_JWT_PUBLIC_KEY_FILE: an Ed25519 PEM key verifies EdDSA tokens; a bad
+// file is an error naming the variable.
+func TestPublicKeyFile(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(pub)
+	path := filepath.Join(t.TempDir(), "idp.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := verifier(config{JWTPublicKeyFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"sub": "idp-user", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(priv)
+	if sub, err := v.Verify(tok); err != nil || sub != "idp-user" {
+		t.Fatalf("EdDSA token = %q, %v", sub, err)
+	}
+	if _, err := verifier(config{JWTPublicKeyFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_PUBLIC_KEY_FILE") {
+		t.Fatalf("missing key file = %v; want an error naming STOCK_JWT_PUBLIC_KEY_FILE", err)
 	}
 }
