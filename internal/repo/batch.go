@@ -44,6 +44,28 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 
 var errKeyRace = errors.New("repo: a key of the batch was inserted concurrently")
 
+// finishBatch writes the batch's ledger rows (values, ledgerArgs), ends
+// with the versioned UPDATE by total and runs b.BeforeCommit. It returns
+// service.ErrConflict when the version moved.
+func finishBatch(tx *gorm.DB, b service.Batch, version, total int64, now time.Time, values string, ledgerArgs []any) error {
+	ctx := tx.Statement.Context
+	if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES "+values, ledgerArgs...).Error; err != nil {
+		return translate(ctx, "insert ledger", err)
+	}
+	upd := tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
+		"WHERE sku = ? AND version = ? AND available >= ?", total, total, now, b.SKU, version, total)
+	if upd.Error != nil {
+		return translate(ctx, "update stock", upd.Error)
+	}
+	if upd.RowsAffected == 0 {
+		return service.ErrConflict
+	}
+	if b.BeforeCommit != nil {
+		return b.BeforeCommit()
+	}
+	return nil
+}
+
 func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	var orders []service.Order
 	var errs []error
@@ -148,21 +170,7 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 			ledger.WriteString("(?, 'sale', ?, ?, ?)")
 			ledgerArgs = append(ledgerArgs, b.SKU, -int64(it.Quantity), id, now)
 		}
-		if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES "+ledger.String(), ledgerArgs...).Error; err != nil {
-			return translate(ctx, "insert ledger", err)
-		}
-		upd := tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
-			"WHERE sku = ? AND version = ? AND available >= ?", total, total, now, b.SKU, cur.Version, total)
-		if upd.Error != nil {
-			return translate(ctx, "update stock", upd.Error)
-		}
-		if upd.RowsAffected == 0 {
-			return service.ErrConflict
-		}
-		if b.BeforeCommit != nil {
-			return b.BeforeCommit()
-		}
-		return nil
+		return finishBatch(tx, b, cur.Version, total, now, ledger.String(), ledgerArgs)
 	})
 	if err != nil {
 		if isServiceErr(err) || errors.Is(err, errKeyRace) {
@@ -239,21 +247,7 @@ func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service
 		if total == 0 {
 			return nil
 		}
-		if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES "+ledger.String(), ledgerArgs...).Error; err != nil {
-			return translate(ctx, "insert ledger", err)
-		}
-		upd := tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
-			"WHERE sku = ? AND version = ? AND available >= ?", total, total, now, b.SKU, cur.Version, total)
-		if upd.Error != nil {
-			return translate(ctx, "update stock", upd.Error)
-		}
-		if upd.RowsAffected == 0 {
-			return service.ErrConflict
-		}
-		if b.BeforeCommit != nil {
-			return b.BeforeCommit()
-		}
-		return nil
+		return finishBatch(tx, b, cur.Version, total, now, ledger.String(), ledgerArgs)
 	})
 	if err != nil {
 		if isServiceErr(err) {

@@ -77,11 +77,7 @@ func (ls *lines) join(sku string, c *call, max int) (ok, lead bool) {
 	sh := ls.shard(sku)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	l := sh.m[sku]
-	if l == nil {
-		l = &line{}
-		sh.m[sku] = l
-	}
+	l := sh.get(sku)
 	if l.live >= max {
 		l.forget(sh, sku)
 		return false, false
@@ -149,17 +145,23 @@ func (ls *lines) take(sku string, n int) []*call {
 	return batch
 }
 
+// get returns the SKU's line, made if there is none. The caller holds sh.mu.
+func (sh *lineShard) get(sku string) *line {
+	l := sh.m[sku]
+	if l == nil {
+		l = &line{}
+		sh.m[sku] = l
+	}
+	return l
+}
+
 // enter counts a request waiting for the SKU lock outside a batch (no
 // combining). It reports false when the line is full.
 func (ls *lines) enter(sku string, max int) bool {
 	sh := ls.shard(sku)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	l := sh.m[sku]
-	if l == nil {
-		l = &line{}
-		sh.m[sku] = l
-	}
+	l := sh.get(sku)
 	if l.live >= max {
 		return false
 	}
@@ -183,11 +185,7 @@ func (ls *lines) admit(sku string, max int) bool {
 	sh := ls.shard(sku)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	l := sh.m[sku]
-	if l == nil {
-		l = &line{}
-		sh.m[sku] = l
-	}
+	l := sh.get(sku)
 	if l.admitted >= max {
 		return false
 	}

@@ -144,7 +144,6 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
 }
 
-
 // PlaceRequest is one order request.
 type PlaceRequest struct {
 	Buyer    string // the authenticated buyer (the token's sub)
@@ -413,7 +412,6 @@ func (s *Service) redisUp() {
 	}
 }
 
-
 // Order returns an order by id if buyer placed it; buyer "" (the admin) may
 // read any. It returns ErrOrderNotFound for an order of another buyer, so
 // ids tell others nothing.
@@ -501,4 +499,3 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	}
 	return s.store.Audit(ctx, sku)
 }
-
