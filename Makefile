@@ -60,7 +60,8 @@ compose-check:
 ## throughput run that does not sell out; prints the comparison, writes loadtest/report/
 ## demo-throughput: the throughput run only
 .PHONY: demo-throughput
-DEMO_STRATEGIES ?= none,lock,version,lock+version,conditional,for-update
+# all: every strategy of the service's one table (internal/service/strategy.go)
+DEMO_STRATEGIES ?= all
 DEMO_STOCK ?= 1000
 DEMO_BUYERS ?= 5000
 DEMO_CONCURRENCY ?= 200

@@ -217,7 +217,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	}))
 	defer locks.Close()
 
-	if cfg.Strategy == service.StrategyNone || cfg.Strategy == service.StrategyLock {
+	if !cfg.Strategy.Info().Safe {
 		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
 	}
 	svcCfg := service.Config{
@@ -235,7 +235,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	}
 	svc := service.New(svcCfg, store, service.RedisLocker{Client: locks}, log, m)
 
-	usesLock := cfg.Strategy == service.StrategyLock || cfg.Strategy == service.StrategyLockVersion
+	usesLock := cfg.Strategy.Info().UsesLock
 	hcfg := handler.Config{
 		AdminToken: cfg.AdminToken,
 		MaxBody:    cfg.MaxBody,

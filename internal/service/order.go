@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -16,35 +15,6 @@ import (
 	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/metrics"
 )
-
-// Strategy is how an order is guarded (STOCK_STRATEGY).
-type Strategy string
-
-// The strategies, for the side-by-side comparison.
-const (
-	StrategyNone        Strategy = "none"         // read, check, write: oversells
-	StrategyLock        Strategy = "lock"         // Redis lock, plain write: safe only while the lock holds
-	StrategyVersion     Strategy = "version"      // versioned UPDATE, retried; no lock
-	StrategyLockVersion Strategy = "lock+version" // the default: lock, versioned UPDATE as the backstop
-	StrategyConditional Strategy = "conditional"  // UPDATE ... WHERE available >= ?; no lock
-	StrategyForUpdate   Strategy = "for-update"   // SELECT ... FOR UPDATE
-)
-
-var strategies = []Strategy{StrategyNone, StrategyLock, StrategyVersion, StrategyLockVersion, StrategyConditional, StrategyForUpdate}
-
-// Strategies returns every strategy, in the README's order (a new slice).
-func Strategies() []Strategy { return slices.Clone(strategies) }
-
-// ParseStrategy returns the named strategy and whether it is safe without a
-// working lock.
-func ParseStrategy(s string) (st Strategy, safe bool, err error) {
-	for _, x := range strategies {
-		if string(x) == s {
-			return x, x != StrategyNone && x != StrategyLock, nil
-		}
-	}
-	return "", false, fmt.Errorf("unknown strategy %q", s)
-}
 
 // Hold is a held SKU lock (a *lock.Hold).
 type Hold interface {
@@ -126,10 +96,7 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 		cfg.MaxQuantity = 100
 	}
 	if cfg.VersionRetries <= 0 {
-		cfg.VersionRetries = 3
-		if cfg.Strategy == StrategyVersion {
-			cfg.VersionRetries = 20
-		}
+		cfg.VersionRetries = cfg.Strategy.Info().Retries
 	}
 	if cfg.QueueMax <= 0 {
 		cfg.QueueMax = DefaultQueueMax
@@ -218,7 +185,7 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
 	switch s.cfg.Strategy {
 	case StrategyNone, StrategyConditional, StrategyForUpdate:
-		d.Write = dbOnlyWrite[s.cfg.Strategy]
+		d.Write = s.cfg.Strategy.Info().Write
 		o, err = s.deductNow(ctx, d)
 	case StrategyVersion:
 		d.Write = WriteVersioned
@@ -298,14 +265,6 @@ func orderResult(replayed bool, err error) string {
 		return "rejected"
 	}
 	return "error"
-}
-
-// dbOnlyWrite is the guarded write of each strategy that takes no lock and
-// needs no retry loop.
-var dbOnlyWrite = map[Strategy]Write{
-	StrategyNone:        WritePlain,
-	StrategyConditional: WriteConditional,
-	StrategyForUpdate:   WriteForUpdate,
 }
 
 func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
@@ -488,9 +447,7 @@ func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerL
 	return s.store.SetStock(wctx, sku, available, perBuyerLimit)
 }
 
-func (s *Service) usesLock() bool {
-	return s.cfg.Strategy == StrategyLock || s.cfg.Strategy == StrategyLockVersion
-}
+func (s *Service) usesLock() bool { return s.cfg.Strategy.Info().UsesLock }
 
 // Audit reconciles a SKU. Errors: ErrInvalid, ErrUnknownSKU, ErrUnavailable.
 func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {

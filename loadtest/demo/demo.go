@@ -14,12 +14,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
 )
 
 // strategies is every STOCK_STRATEGY, in the order of the README table.
-var strategies = []string{"none", "lock", "version", "lock+version", "conditional", "for-update"}
+var strategies = func() []string {
+	var out []string
+	for _, s := range service.Strategies() {
+		out = append(out, string(s))
+	}
+	return out
+}()
 
 // phase is one scenario run once per strategy.
 type phase struct {
@@ -55,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		o          options
-		strats     = fs.String("strategies", strings.Join(strategies, ","), "comma list of strategies to run, in order")
+		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
 		phases     = fs.String("phases", "sellout,throughput", "comma list of phases: sellout, throughput")
 		sell       = phase{name: "sellout"}
 		tp         = phase{name: "throughput"}
@@ -87,7 +94,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for _, s := range splitList(*strats) {
+	list := splitList(*strats)
+	if *strats == "all" {
+		list = strategies
+	}
+	for _, s := range list {
 		if !slices.Contains(strategies, s) {
 			return fmt.Errorf("-strategies: unknown strategy %q; want some of %s", s, strings.Join(strategies, ","))
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/loadtest/driver"
 )
 
@@ -108,7 +109,7 @@ func DropDatabase(ctx context.Context, dsn string) error {
 }
 
 // Unsafe reports whether the strategy needs STOCK_ALLOW_UNSAFE=1.
-func Unsafe(strategy string) bool { return strategy == "none" || strategy == "lock" }
+func Unsafe(strategy string) bool { return !service.Strategy(strategy).Info().Safe }
 
 // Config is a set of instances of one binary on one database and Redis.
 type Config struct {
