@@ -48,6 +48,8 @@ type config struct {
 	MetricsPublic bool
 	// MaxInflight caps the requests served at once per instance (0: no cap).
 	MaxInflight int
+	// MaxConns caps the connections held at once per instance (0: no cap).
+	MaxConns int
 	// Rate limit per client IP, shared by all instances through Redis
 	// (RateIP requests per second, 0: off), and what to do when Redis
 	// cannot be asked (RateFailOpen).
@@ -99,6 +101,7 @@ func parseConfig(getenv func(string) string) (config, error) {
 		MetricsAddr:       p.str("STOCK_METRICS_ADDR", ""),
 		MetricsPublic:     p.boolean("STOCK_METRICS_PUBLIC", false),
 		MaxInflight:       p.integer("STOCK_MAX_INFLIGHT", 5000, 0, 1_000_000),
+		MaxConns:          p.integer("STOCK_MAX_CONNS", 2048, 0, 1_000_000),
 		RateIP:            p.integer("STOCK_RATE_IP", 0, 0, 1_000_000),
 		RateIPBurst:       p.integer("STOCK_RATE_IP_BURST", 0, 0, 1_000_000),
 		RateBuyer:         p.integer("STOCK_RATE_BUYER", 0, 0, 1_000_000),

@@ -277,6 +277,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fmt.Errorf("listen on STOCK_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
+	ln = limitConns(srv, ln, cfg.MaxConns)
 	fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy)
 	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy)
 

@@ -40,6 +40,7 @@ var scenarios = []scenario{
 	{"7", "MariaDB killed and restarted", false, mariadbRestart},
 	{"8", "clients time out and retry (same key)", false, clientTimeouts},
 	{"9", "SIGTERM an instance", true, sigterm},
+	{"10", "a flood of concurrent orders for one SKU", true, flood},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses

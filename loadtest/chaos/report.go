@@ -3,12 +3,13 @@
 // where the fault needs it, their own mariadbd or Sentinels), drives the
 // seckill load of loadtest/driver through them, injects one fault mid-run
 // (a paused or killed instance, a Redis restart, FLUSHALL or failover, a
-// MariaDB restart, clients that time out, a SIGTERM) and then proves the
+// MariaDB restart, clients that time out, a SIGTERM, a flood of
+// connections) and then proves the
 // invariants from the audit and from MySQL: never more sold than stocked,
 // every acknowledged order persisted exactly once, the audit consistent.
 //
 // The scenarios are tests (chaos_test.go). `go test ./loadtest/chaos` runs a
-// short subset (a pause, a SIGKILL, FLUSHALL, a SIGTERM); STOCK_CHAOS=full
+// short subset (a pause, a SIGKILL, FLUSHALL, a SIGTERM, a flood); STOCK_CHAOS=full
 // runs all of them (`make chaos`), and -short skips them all. With
 // STOCK_CHAOS_REPORT=<file> the results table is written there as Markdown
 // by WriteMarkdown, the small report writer of this file.
