@@ -451,3 +451,18 @@ func TestRateLimitPerBuyer(t *testing.T) {
 		t.Fatalf("limiter keys %v; want buyer:u1 x3, buyer:u2 x1", l.seen)
 	}
 }
+
+// /metrics and /debug are not on the public listener unless ServeMetrics
+// (STOCK_METRICS_PUBLIC) says so: STOCK_METRICS_ADDR and STOCK_PPROF_ADDR
+// serve them on listeners of their own.
+func TestMetricsAndDebugOffThePublicListener(t *testing.T) {
+	e := newEdge(t, Config{}, nil)
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap"} {
+		if rec := e.do("GET", path, ""); rec.Code != 404 || strings.Contains(rec.Body.String(), "stock_http_requests_total") {
+			t.Errorf("GET %s on the public listener = %d %q; want 404", path, rec.Code, rec.Body.String()[:min(80, rec.Body.Len())])
+		}
+	}
+	if rec := newEdge(t, Config{ServeMetrics: true}, nil).do("GET", "/metrics", ""); rec.Code != 200 {
+		t.Errorf("GET /metrics with ServeMetrics = %d; want 200", rec.Code)
+	}
+}
