@@ -131,10 +131,22 @@ func (hookOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 func (h hookOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if isScript(cmd, h.kind) && h.armed.CompareAndSwap(true, false) {
+			if cmd.Name() == "evalsha" && !scriptLoaded(ctx, next, cmd.Args()[1]) {
+				// The first run of this script since Redis started: EVALSHA
+				// answers NOSCRIPT and go-redis sends EVAL, the call to hook.
+				h.armed.Store(true)
+				return next(ctx, cmd)
+			}
 			return h.f(ctx, cmd, next)
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// scriptLoaded reports whether Redis has the script of sha cached.
+func scriptLoaded(ctx context.Context, next redis.ProcessHook, sha any) bool {
+	exists := redis.NewBoolSliceCmd(ctx, "script", "exists", sha)
+	return next(ctx, exists) == nil && len(exists.Val()) == 1 && exists.Val()[0]
 }
 
 // failScripts fails every call of the given kinds without sending it while on.

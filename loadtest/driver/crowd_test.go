@@ -156,9 +156,11 @@ func TestCrowdsAndClientIP(t *testing.T) {
 	if res.Buyers != 2*people+40 || res.RateLimitedBuyers != 34 || res.ExpectedOrders != int64(res.Buyers-34) {
 		t.Errorf("expected orders %d (%d buyers, %d refused); want %d - 34", res.ExpectedOrders, res.Buyers, res.RateLimitedBuyers, 2*people+40)
 	}
-	// Paced: the buyers' 20 orders at 400/s take at least 19/400 s.
-	if d := buyers.LastAnswer - buyers.FirstSent; d < 19.0/400 {
-		t.Errorf("buyers spanned %.3fs; want at least %.3fs at 400 orders/s", d, 19.0/400)
+	// Paced: the buyers' 20th order at 400/s is not sent before 19/400 s
+	// into the buying phase (the first may be sent late on a loaded machine,
+	// so the span from the first is no bound).
+	if buyers.LastAnswer < 19.0/400 {
+		t.Errorf("buyers' last answer at %.3fs; want at least %.3fs into the buying phase at 400 orders/s", buyers.LastAnswer, 19.0/400)
 	}
 }
 
