@@ -32,6 +32,7 @@ type config struct {
 	MaxQuantity   int
 	BatchMax      int
 	QueueMax      int
+	SoldOutTTL    time.Duration // 0: no sold-out fast path
 	RedisPrefix   string
 	MaxBody       int64
 	ShutdownAfter time.Duration
@@ -88,6 +89,7 @@ func parseConfig(getenv func(string) string) (config, error) {
 		MaxQuantity:   p.integer("STOCK_MAX_QUANTITY", 100, 1, 1_000_000),
 		BatchMax:      p.integer("STOCK_BATCH_MAX", 64, 1, 1000),
 		QueueMax:      p.integer("STOCK_QUEUE_MAX", service.DefaultQueueMax, 1, 1_000_000),
+		SoldOutTTL:    p.duration("STOCK_SOLDOUT_TTL", time.Second, time.Millisecond),
 		RedisPrefix:   p.str("STOCK_REDIS_PREFIX", ""),
 		MaxBody:       int64(p.integer("STOCK_MAX_BODY", 4096, 64, 1<<20)),
 		ShutdownAfter: p.duration("STOCK_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second),

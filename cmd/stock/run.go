@@ -29,6 +29,7 @@ import (
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/stockevents"
 )
 
 // maxHeaderBytes is the limit on a request's headers, all included.
@@ -220,6 +221,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if !cfg.Strategy.Info().Safe {
 		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
 	}
+	events := stockevents.New(rdb, cfg.RedisPrefix)
 	svcCfg := service.Config{
 		Strategy:          cfg.Strategy,
 		LockWait:          cfg.LockWait,
@@ -228,12 +230,22 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		MaxQuantity:       cfg.MaxQuantity,
 		BatchMax:          cfg.BatchMax,
 		QueueMax:          cfg.QueueMax,
+		SoldOutTTL:        cfg.SoldOutTTL,
+		Events:            events,
+	}
+	if cfg.SoldOutTTL == 0 {
+		svcCfg.SoldOutTTL = -1
 	}
 	if d := cfg.CriticalDelay; d > 0 {
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
 	svc := service.New(svcCfg, store, service.RedisLocker{Client: locks}, log, m)
+	// Restocks made through other instances end this one's sold-out answers.
+	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
+	listened := make(chan struct{})
+	go func() { defer close(listened); events.Listen(lctx, svc.StockChanged) }()
+	defer func() { stopListening(); <-listened }()
 
 	usesLock := cfg.Strategy.Info().UsesLock
 	hcfg := handler.Config{

@@ -188,3 +188,34 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 	a.Check()
 	return a, nil
 }
+
+// SoldOutKeys reads, in one snapshot (a read-only REPEATABLE READ
+// transaction: both reads see the database as of the first), whether sku is
+// sold out (available 0) and, if so, the buyer and key of every order of
+// it. While nothing is available no order of sku can commit, so until the
+// next restock these are all the orders it has. complete is false when sku
+// is not sold out or has more than max orders.
+func (s *Store) SoldOutKeys(ctx context.Context, sku string, max int) (keys []service.BuyerKey, complete bool, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var rows []stockRow
+		if err := tx.Raw("SELECT "+stockCols+" FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
+			return err
+		}
+		if len(rows) == 0 || rows[0].Available != 0 {
+			return nil
+		}
+		if err := tx.Table("orders").Select("buyer", "idempotency_key AS `key`").Where("sku = ?", sku).
+			Limit(max + 1).Scan(&keys).Error; err != nil {
+			return err
+		}
+		complete = len(keys) <= max
+		return nil
+	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return nil, false, translate(ctx, "read sold-out keys", err)
+	}
+	if !complete {
+		keys = nil
+	}
+	return keys, complete, nil
+}

@@ -1,4 +1,24 @@
 package service
 
+import "time"
+
 // Waiting returns the orders of sku waiting in s's line (for tests).
 func Waiting(s *Service, sku string) int { return s.lines.waiting(sku) }
+
+// SetSoldOutClock sets the clock of s's sold-out fast path (for tests).
+func SetSoldOutClock(s *Service, now func() time.Time) {
+	if s.soldOut != nil {
+		s.soldOut.now = now
+	}
+}
+
+// SoldOutKnown reports whether s's sold-out fast path holds sku (for tests).
+func SoldOutKnown(s *Service, sku string) bool {
+	if s.soldOut == nil {
+		return false
+	}
+	s.soldOut.mu.Lock()
+	defer s.soldOut.mu.Unlock()
+	e := s.soldOut.skus[sku]
+	return e != nil && e.keys != nil
+}

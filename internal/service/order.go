@@ -61,6 +61,17 @@ type Config struct {
 	// under the locking strategies (pre-check, line, batch); past it an order
 	// is answered ErrBusy at once, touching neither Redis nor MySQL (default 2000).
 	QueueMax int
+	// SoldOutTTL is how long an instance answers a sold-out SKU's orders
+	// from memory once MySQL said it is sold out (the sold-out fast path),
+	// and so the longest a restock through another instance can go unseen
+	// here when its Events message is lost; default 1s, < 0 turns the fast
+	// path off.
+	SoldOutTTL time.Duration
+	// Events, when set, tells the other instances of every stock change
+	// (SetStock publishes after the write); the wiring hands the changes it
+	// receives to StockChanged. Nil: other instances see a restock when
+	// their sold-out entry expires (SoldOutTTL).
+	Events StockEvents
 	// WriteTimeout bounds an order's database work, from when the write
 	// starts (after any wait in line or for the lock); default 10s.
 	WriteTimeout time.Duration
@@ -82,6 +93,7 @@ type Service struct {
 
 	lines   *lines
 	flights flights
+	soldOut *soldOut // nil: no fast path
 
 	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
 	redisDown      atomic.Bool  // for logging once per outage
@@ -104,11 +116,18 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	if cfg.SoldOutTTL == 0 {
+		cfg.SoldOutTTL = time.Second
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m,
+	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m,
 		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
+	if cfg.SoldOutTTL > 0 {
+		s.soldOut = newSoldOut(cfg.SoldOutTTL)
+	}
+	return s
 }
 
 // PlaceRequest is one order request.
@@ -167,6 +186,10 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	defer done()
+	// A SKU known sold out answers a key that had no order then from memory.
+	if s.soldOut.soldOutFor(r.SKU, r.Buyer, r.Key) {
+		return Order{}, false, ErrSoldOut
+	}
 	// The stock row and the key's order, in one statement (one snapshot): an
 	// order of this key committed before the read is always seen, so a retry
 	// whose first attempt took the last unit gets its order back, not a 409.
@@ -179,6 +202,11 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	}
 	// Sold-out traffic must not queue behind the lock.
 	if st.Available < int64(r.Quantity) {
+		if st.Available == 0 {
+			lctx, cancel := s.writeCtx(ctx)
+			s.soldOut.load(lctx, s.store, r.SKU)
+			cancel()
+		}
 		return Order{}, false, ErrSoldOut
 	}
 
@@ -444,7 +472,28 @@ func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerL
 	}
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
-	return s.store.SetStock(wctx, sku, available, perBuyerLimit)
+	st, err := s.store.SetStock(wctx, sku, available, perBuyerLimit)
+	// After the write, committed or not known to be: a load racing it is
+	// dropped too.
+	s.soldOut.drop(sku)
+	if s.cfg.Events != nil {
+		if perr := s.cfg.Events.StockChanged(wctx, sku); perr != nil {
+			s.log.Warn("stock change not published: other instances see it within the sold-out TTL", "sku", sku, "ttl", s.cfg.SoldOutTTL, "err", perr)
+		}
+	}
+	return st, err
+}
+
+// StockChanged forgets what the sold-out fast path knows of sku; the wiring
+// calls it for every change another instance publishes. An empty sku
+// forgets every SKU (after changes may have been missed, such as a
+// reconnect of the subscription).
+func (s *Service) StockChanged(sku string) {
+	if sku == "" {
+		s.soldOut.dropAll()
+		return
+	}
+	s.soldOut.drop(sku)
 }
 
 func (s *Service) usesLock() bool { return s.cfg.Strategy.Info().UsesLock }

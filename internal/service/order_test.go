@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 type env struct {
 	svc     *service.Service
 	store   *repo.Store
+	locker  service.Locker // svc's
 	db      *sql.DB
 	other   *lock.Client
 	metrics *metrics.Metrics
@@ -75,8 +76,9 @@ func newEnv(t *testing.T, cfg service.Config) *env {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	svc := service.New(cfg, store, service.RedisLocker{Client: newLocks()}, nil, m)
-	return &env{svc: svc, store: store, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
+	locker := service.RedisLocker{Client: newLocks()}
+	svc := service.New(cfg, store, locker, nil, m)
+	return &env{svc: svc, store: store, locker: locker, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
 }
 
 // holdSKU takes the SKU's lock as another instance would.

@@ -181,6 +181,15 @@ type Batch struct {
 	BeforeCommit func() error
 }
 
+// StockEvents tells the other instances that a SKU's stock changed, so
+// their sold-out fast path forgets it (Redis pub/sub in stock serve).
+type StockEvents interface {
+	StockChanged(ctx context.Context, sku string) error
+}
+
+// BuyerKey is a buyer's idempotency key.
+type BuyerKey struct{ Buyer, Key string }
+
 // Store is what the service needs from the database.
 type Store interface {
 	// OrderByKey returns the buyer's order of an idempotency key, or ErrOrderNotFound.
@@ -195,6 +204,10 @@ type Store interface {
 	// Precheck returns the stock row and the buyer's order of key, if any,
 	// read in one snapshot; ErrUnknownSKU for an unknown SKU.
 	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)
+	// SoldOutKeys reads in one snapshot whether sku is sold out and, if so,
+	// the buyer and key of each of its orders; complete is false when it is
+	// not sold out or has more than max orders.
+	SoldOutKeys(ctx context.Context, sku string, max int) (keys []BuyerKey, complete bool, err error)
 	// SetStock creates the SKU or sets its available count and per-buyer
 	// limit, with a ledger entry when the count changes.
 	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error)
