@@ -56,9 +56,10 @@ k6-check:
 compose-check:
 	cd loadtest/composecheck && $(GO) test -count=1 ./...
 
-## demo: every strategy on three local instances: the zero-oversell proof (sell-out) and a
+## demo: the ceiling (the same three instances' /healthz, GET /v1/stock and sold-out rates),
+## then every strategy on three local instances: the zero-oversell proof (sell-out) and a
 ## throughput run that does not sell out; prints the comparison, writes loadtest/report/
-## demo-throughput: the throughput run only
+## demo-throughput: the ceiling and the throughput run only
 .PHONY: demo-throughput
 # all: every strategy of the service's one table (internal/service/strategy.go)
 DEMO_STRATEGIES ?= all
@@ -74,6 +75,6 @@ demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK)
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
 	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report $(DEMO_FLAGS)
 demo: build
-	$(GO) run ./loadtest/demo $(demo_args) -phases sellout,throughput
+	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput
 demo-throughput: build
-	$(GO) run ./loadtest/demo $(demo_args) -phases throughput
+	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput

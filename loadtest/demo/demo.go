@@ -55,6 +55,13 @@ type options struct {
 	retries    int
 	keepDB     bool
 	logw       io.Writer
+	ceiling    *ceilingOpts // nil: no ceiling phase
+}
+
+// ceilingOpts sizes the ceiling phase.
+type ceilingOpts struct {
+	concurrency int
+	duration    time.Duration
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -63,7 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		o          options
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
-		phases     = fs.String("phases", "sellout,throughput", "comma list of phases: sellout, throughput")
+		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput")
+		ceil       = ceilingOpts{}
 		sell       = phase{name: "sellout"}
 		tp         = phase{name: "throughput"}
 		quiet      = fs.Bool("q", false, "no progress lines")
@@ -88,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
 	fs.DurationVar(&tp.duration, "tp-duration", time.Minute, "throughput: cap on each run's buying phase")
 	fs.Int64Var(&tp.limit, "tp-limit", 0, "throughput: the SKU's per-buyer limit in units (0: none), to measure what enforcing it costs")
+	fs.IntVar(&ceil.concurrency, "ceiling-concurrency", 240, "ceiling: concurrent connections")
+	fs.DurationVar(&ceil.duration, "ceiling-duration", 5*time.Second, "ceiling: measured time of each request kind (after 1s of warm-up)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -106,6 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for _, p := range splitList(*phases) {
 		switch p {
+		case "ceiling":
+			o.ceiling = &ceil
 		case "sellout":
 			sell.title = fmt.Sprintf("Sell-out: %d units, %d buyers x %d, %d concurrent, %d instances",
 				sell.stock, sell.buyers, sell.quantity, sell.concurrency, o.instances)
@@ -123,10 +135,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			tp.safetyOnly = true
 			o.phases = append(o.phases, tp)
 		default:
-			return fmt.Errorf("-phases: unknown phase %q; want sellout and/or throughput", p)
+			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput", p)
 		}
 	}
-	if len(o.strategies) == 0 || len(o.phases) == 0 {
+	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil {
 		return errors.New("nothing to run: -strategies and -phases must not be empty")
 	}
 	if o.instances < 1 || o.instances > 16 {
@@ -177,6 +189,20 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 	runID := driver.NewRunID()
 	token := "demo-" + driver.NewRunID()
 	var sections []driver.Section
+	var ceiling []driver.RateResult
+	if o.ceiling != nil {
+		var err error
+		if ceiling, err = measureCeiling(ctx, o, runID, token); err != nil {
+			return driver.Report{}, fmt.Errorf("ceiling: %w", err)
+		}
+		fmt.Fprintf(stdout, "\nCeiling: the same %d instances (lock+version), %d connections, %v each\n", o.instances, o.ceiling.concurrency, o.ceiling.duration)
+		for _, r := range ceiling {
+			fmt.Fprintln(stdout, "  "+r.String())
+		}
+		for _, line := range ceilingGoals(ceiling) {
+			fmt.Fprintln(stdout, "  "+line)
+		}
+	}
 	for _, p := range o.phases {
 		var runs []*driver.Result
 		for _, s := range o.strategies {
@@ -190,7 +216,7 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 				driver.WriteSummary(o.logw, res)
 			}
 		}
-		g := goals(runs)
+		g := goals(runs, p, ceiling)
 		fmt.Fprintf(stdout, "\n%s\n", p.title)
 		if err := driver.WriteTable(stdout, runs); err != nil {
 			return driver.Report{}, err
@@ -201,7 +227,34 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 		sections = append(sections, driver.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs, SafetyOnly: p.safetyOnly})
 	}
 	title := fmt.Sprintf("seckill demo: %d instances per strategy", o.instances)
-	return driver.NewReport(title, sections...), nil
+	rep := driver.NewReport(title, sections...)
+	rep.Ceiling, rep.CeilingNote = ceiling, strings.Join(ceilingGoals(ceiling), " ")
+	return rep, nil
+}
+
+// freshDB creates the migrated database name on o's MySQL; drop drops it
+// (unless o.keepDB).
+func freshDB(ctx context.Context, o options, name string) (dsn string, drop func(), err error) {
+	if dsn, err = fleet.DSNFor(o.mysqlBase, name); err != nil {
+		return "", nil, err
+	}
+	if err := fleet.DropDatabase(ctx, dsn); err != nil {
+		return "", nil, fmt.Errorf("drop old database: %w", err)
+	}
+	if err := fleet.Migrate(ctx, o.bin, dsn); err != nil {
+		return "", nil, err
+	}
+	drop = func() {
+		if o.keepDB {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := fleet.DropDatabase(dctx, dsn); err != nil {
+			fmt.Fprintf(o.logw, "demo: drop database: %v\n", err)
+		}
+	}
+	return dsn, drop, nil
 }
 
 // runStrategy is one run: fresh database, o.instances instances, the driver,
@@ -211,25 +264,11 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 	if p.name == "throughput" {
 		prefix = "tp_"
 	}
-	dsn, err := fleet.DSNFor(o.mysqlBase, "stock_demo_"+prefix+dbSafe(strategy)+"_"+runID)
+	dsn, drop, err := freshDB(ctx, o, "stock_demo_"+prefix+dbSafe(strategy)+"_"+runID)
 	if err != nil {
 		return nil, err
 	}
-	if err := fleet.DropDatabase(ctx, dsn); err != nil {
-		return nil, fmt.Errorf("drop old database: %w", err)
-	}
-	if err := fleet.Migrate(ctx, o.bin, dsn); err != nil {
-		return nil, err
-	}
-	if !o.keepDB {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := fleet.DropDatabase(dctx, dsn); err != nil {
-				fmt.Fprintf(o.logw, "demo: drop database: %v\n", err)
-			}
-		}()
-	}
+	defer drop()
 	f, err := fleet.Start(ctx, fleet.Config{
 		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: strategy,
 		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy), Env: demoEnv,
@@ -276,8 +315,9 @@ const (
 	demoGreedyBuyers = 20
 )
 
-// goals states the performance goals for one phase's runs.
-func goals(runs []*driver.Result) []string {
+// goals states the performance goals for one phase's runs, with their
+// orders/s as a ratio of the ceiling's /healthz rate when it was measured.
+func goals(runs []*driver.Result, p phase, ceiling []driver.RateResult) []string {
 	var lv, cond *driver.Result
 	var peak int64
 	for _, r := range runs {
@@ -300,8 +340,22 @@ func goals(runs []*driver.Result) []string {
 	var out []string
 	if lv != nil && cond != nil && cond.OrdersPerSec > 0 {
 		ratio := lv.OrdersPerSec / cond.OrdersPerSec
-		out = append(out, fmt.Sprintf("goal lock+version >= 0.5x conditional orders/s: %.0f vs %.0f = %.2fx, %s.",
-			lv.OrdersPerSec, cond.OrdersPerSec, ratio, met(ratio >= 0.5)))
+		want := 0.5
+		if p.name == "throughput" {
+			want = 3
+		}
+		out = append(out, fmt.Sprintf("goal lock+version >= %gx conditional orders/s: %.0f vs %.0f = %.2fx, %s.",
+			want, lv.OrdersPerSec, cond.OrdersPerSec, ratio, met(ratio >= want)))
+	}
+	if h := rateOf(ceiling, ceilingHealthz); h > 0 {
+		var parts []string
+		for _, r := range runs {
+			parts = append(parts, fmt.Sprintf("%s %.3fx", r.Label, r.OrdersPerSec/h))
+		}
+		out = append(out, fmt.Sprintf("orders/s as a share of the /healthz ceiling (%.0f/s): %s.", h, strings.Join(parts, ", ")))
+		if lv != nil && p.name == "throughput" {
+			out = append(out, fmt.Sprintf("goal lock+version >= 0.2x the /healthz ceiling: %.3fx, %s.", lv.OrdersPerSec/h, met(lv.OrdersPerSec >= 0.2*h)))
+		}
 	}
 	if lv != nil {
 		out = append(out, fmt.Sprintf("goal lock+version p99 < 100 ms at %d concurrent: %.1f ms, %s.",

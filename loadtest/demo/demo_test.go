@@ -96,3 +96,40 @@ func TestProof(t *testing.T) {
 		})
 	}
 }
+
+// TestCeiling is the short ceiling phase: the same instances answer
+// /healthz, GET /v1/stock and a sold-out flood; every flood answer is a 409
+// (the fast path never answers anything else for a sold-out SKU).
+func TestCeiling(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bin, err := fleet.Build(ctx, "go", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{bin: bin, instances: 2, mysqlBase: "root@tcp(127.0.0.1:3306)/", redis: testserver.SharedRedis,
+		out: t.TempDir(), logw: testWriter{t}, ceiling: &ceilingOpts{concurrency: 20, duration: 300 * time.Millisecond}}
+	rs, err := measureCeiling(ctx, o, driver.NewRunID(), "ceil-"+driver.NewRunID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("%d measurements; want 3", len(rs))
+	}
+	for _, r := range rs {
+		t.Log(r.String())
+		if r.Answered == 0 || r.Answered != r.Requests || r.Errors != 0 {
+			t.Errorf("%s: %d of %d answered as wanted (%v), %d errors; want all, none", r.Name, r.Answered, r.Requests, r.Statuses, r.Errors)
+		}
+	}
+	for _, line := range ceilingGoals(rs) {
+		t.Log(line)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -22,6 +22,10 @@ type Report struct {
 	Machine   Machine   `json:"machine"`
 	Sections  []Section `json:"sections"`
 	Passed    bool      `json:"passed"` // every run passed (or was Safe, in a SafetyOnly section)
+	// Ceiling is what the same instances answer without an order (the
+	// demo's ceiling phase), the yardstick of the sections' orders/s.
+	Ceiling     []RateResult `json:"ceiling,omitempty"`
+	CeilingNote string       `json:"ceiling_note,omitempty"`
 }
 
 // Section is runs compared side by side.
@@ -209,6 +213,26 @@ svg text{font:11px system-ui,sans-serif}.small{color:#666;font-size:12px}details
 	m := rep.Machine
 	fmt.Fprintf(&b, "<p class=small>Generated %s on %d cores (%s), %s, %s; MySQL %s, Redis %s.</p>\n",
 		rep.Generated.Format(time.RFC3339), m.Cores, e(m.CPU), e(m.OS), e(m.Go), e(orDash(m.MySQL)), e(orDash(m.Redis)))
+	if len(rep.Ceiling) > 0 {
+		b.WriteString("<h2>Ceiling: the same instances without an order</h2>\n")
+		if rep.CeilingNote != "" {
+			fmt.Fprintf(&b, "<p>%s</p>\n", e(rep.CeilingNote))
+		}
+		b.WriteString("<table><tr><th>request</th><th>per second</th><th>x /healthz</th><th>p50 ms</th><th>p99 ms</th><th>requests</th><th>statuses</th><th>MySQL statements per request</th></tr>\n")
+		h := rep.Ceiling[0].PerSec
+		for _, r := range rep.Ceiling {
+			ratio, mysql := "-", "-"
+			if h > 0 {
+				ratio = fmt.Sprintf("%.3f", r.PerSec/h)
+			}
+			if r.MySQLPerRequest >= 0 {
+				mysql = fmt.Sprintf("%.3f", r.MySQLPerRequest)
+			}
+			fmt.Fprintf(&b, "<tr><td>%s</td><td>%.0f</td><td>%s</td><td>%.1f</td><td>%.1f</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
+				e(r.Name), r.PerSec, ratio, r.Latency.P50, r.Latency.P99, r.Requests, e(fmt.Sprint(r.Statuses)), mysql)
+		}
+		b.WriteString("</table>\n")
+	}
 	for _, s := range rep.Sections {
 		fmt.Fprintf(&b, "<h2>%s</h2>\n", e(s.Title))
 		if s.Note != "" {
