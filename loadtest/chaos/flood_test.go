@@ -80,14 +80,25 @@ func flood(t *testing.T, row *Row) {
 		}
 		defer children[i].kill()
 	}
+	// Every child has its requests built before any dials, so no instance
+	// holds accepted, idle connections while a slow child still starts up
+	// (past STOCK_HTTP_READ_HEADER_TIMEOUT they would be closed unanswered).
+	for _, c := range children {
+		if err := c.expect("prepared"); err != nil {
+			t.Fatalf("flood child: %v\n%s", err, c.stderr.String())
+		}
+	}
+	for _, c := range children {
+		c.say("dial")
+	}
 	for _, c := range children { // every connection open, in every child
-		if err := c.ready(); err != nil {
+		if err := c.expect("ready"); err != nil {
 			t.Fatalf("flood child: %v\n%s", err, c.stderr.String())
 		}
 	}
 	t0 := time.Now()
 	for _, c := range children {
-		c.fire()
+		c.say("go")
 	}
 	results := make([]floodResult, n)
 	for i, c := range children {
@@ -172,8 +183,9 @@ func (r *rig) putStock(ctx context.Context, available int64) {
 	}
 }
 
-// floodProc is one child: it says "ready" once its connections are open,
-// sends on "go", and prints its floodResult.
+// floodProc is one child: it says "prepared" once its requests are built,
+// dials on "dial", says "ready" once its connections are open, sends on
+// "go", and prints its floodResult.
 type floodProc struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
@@ -200,18 +212,20 @@ func startFlood(ctx context.Context, job floodJob) (*floodProc, error) {
 	return p, p.cmd.Start()
 }
 
-func (p *floodProc) ready() error {
+// expect reads the child's next line, which must be want.
+func (p *floodProc) expect(want string) error {
 	line, err := p.out.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(line) != "ready" {
-		return fmt.Errorf("child said %q, want ready", line)
+	if strings.TrimSpace(line) != want {
+		return fmt.Errorf("child said %q, want %s", line, want)
 	}
 	return nil
 }
 
-func (p *floodProc) fire() { _, _ = io.WriteString(p.in, "go\n") }
+// say sends the child a command line.
+func (p *floodProc) say(cmd string) { _, _ = io.WriteString(p.in, cmd+"\n") }
 
 func (p *floodProc) result() (floodResult, error) {
 	var res floodResult
@@ -232,8 +246,9 @@ func (p *floodProc) kill() {
 	}
 }
 
-// floodChild is the child's main: open job.N connections, say ready, wait
-// for go, send one order on each and read its answer, print the tally.
+// floodChild is the child's main: build job.N requests, say prepared, wait
+// for dial, open job.N connections, say ready, wait for go, send one order
+// on each and read its answer, print the tally.
 func floodChild(spec string) int {
 	var job floodJob
 	if err := json.Unmarshal([]byte(spec), &job); err != nil {
@@ -251,6 +266,20 @@ func floodChild(spec string) int {
 		body := fmt.Sprintf(`{"sku":%q,"quantity":1}`, job.SKU)
 		reqs[i] = fmt.Appendf(nil, "POST /v1/orders HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nIdempotency-Key: k-%d\r\n"+
 			"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", job.Addr, tok, job.First+i, len(body), body)
+	}
+
+	stdin := bufio.NewReader(os.Stdin)
+	await := func(want string) bool {
+		line, err := stdin.ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != want {
+			fmt.Fprintf(os.Stderr, "waiting for %s: %q %v\n", want, line, err)
+			return false
+		}
+		return true
+	}
+	fmt.Println("prepared")
+	if !await("dial") {
+		return 2
 	}
 
 	var (
@@ -322,8 +351,7 @@ func floodChild(spec string) int {
 	case <-time.After(2 * time.Second):
 	}
 	fmt.Println("ready")
-	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
-		fmt.Fprintf(os.Stderr, "waiting for go: %q %v\n", line, err)
+	if !await("go") {
 		return 2
 	}
 	close(fire)
