@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/seckill/stock/internal/service"
@@ -24,10 +23,9 @@ import (
 // service.ErrUnavailable, or that of b.BeforeCommit) means nothing was
 // written.
 //
-// The ids are read back by (buyer, key) rather than computed from the first
-// id of the multi-row INSERT: InnoDB makes them consecutive only in some
-// innodb_autoinc_lock_mode settings, and MySQL 8.4 has no INSERT RETURNING.
-// When another instance inserts one of the keys between the read and the
+// The ids come from the multi-row INSERT when the server promises one
+// statement's rows consecutive ids (see Store.consecutiveIDs), and are read
+// back by (buyer, key) otherwise. When another instance inserts one of the keys between the read and the
 // INSERT (a replay racing its first attempt), the statement fails as a
 // whole; the batch is then placed again order by order, in a new
 // transaction, where only that order is skipped.
@@ -44,16 +42,15 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 
 var errKeyRace = errors.New("repo: a key of the batch was inserted concurrently")
 
-// finishBatch writes the batch's ledger rows (values, ledgerArgs), ends
-// with the versioned UPDATE by total and runs b.BeforeCommit. It returns
-// service.ErrConflict when the version moved.
-func finishBatch(tx *gorm.DB, b service.Batch, version, total int64, now time.Time, values string, ledgerArgs []any) error {
+// finishBatch writes the batch's ledger rows, ends with the versioned
+// UPDATE by total and runs b.BeforeCommit. It returns service.ErrConflict
+// when the version moved.
+func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, version, total int64, now time.Time, ledger []ledgerModel) error {
 	ctx := tx.Statement.Context
-	if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES "+values, ledgerArgs...).Error; err != nil {
+	if err := s.insertLedger(tx, ledger); err != nil {
 		return translate(ctx, "insert ledger", err)
 	}
-	upd := tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
-		"WHERE sku = ? AND version = ? AND available >= ?", total, total, now, b.SKU, version, total)
+	upd := tx.Model(&stockModel{}).Where("sku = ? AND version = ? AND available >= ?", b.SKU, version, total).Updates(sale(total, now))
 	if upd.Error != nil {
 		return translate(ctx, "update stock", upd.Error)
 	}
@@ -66,41 +63,39 @@ func finishBatch(tx *gorm.DB, b service.Batch, version, total int64, now time.Ti
 	return nil
 }
 
+// buyerKey is an order's buyer and idempotency key.
+type buyerKey struct{ buyer, key string }
+
 func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	var orders []service.Order
 	var errs []error
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		orders, errs = make([]service.Order, len(b.Items)), make([]error, len(b.Items))
-		var rows []stockRow
-		if err := tx.Raw("SELECT "+stockCols+" FROM stock WHERE sku = ?", b.SKU).Scan(&rows).Error; err != nil {
-			return translate(ctx, "read stock", err)
+		cur, err := readStock(tx, b.SKU, false)
+		if err != nil {
+			return err
 		}
-		if len(rows) == 0 {
-			return service.ErrUnknownSKU
-		}
-		cur := rows[0]
-		type bk struct{ buyer, key string }
 		buyers, keys := make([]string, 0, len(b.Items)), make([]string, 0, len(b.Items))
 		for _, it := range b.Items {
 			buyers, keys = append(buyers, it.Buyer), append(keys, it.Key)
 		}
-		var found []struct{ Buyer, IdempotencyKey string }
-		if err := tx.Raw("SELECT buyer, idempotency_key FROM orders WHERE buyer IN ? AND idempotency_key IN ?", buyers, keys).
-			Scan(&found).Error; err != nil {
+		var found []orderModel
+		if err := tx.Select("buyer", "idempotency_key").Where("buyer IN ? AND idempotency_key IN ?", buyers, keys).
+			Find(&found).Error; err != nil {
 			return translate(ctx, "read keys", err)
 		}
-		taken := make(map[bk]bool, len(found)+len(b.Items))
+		taken := make(map[buyerKey]bool, len(found)+len(b.Items))
 		for _, f := range found {
-			taken[bk{f.Buyer, f.IdempotencyKey}] = true
+			taken[buyerKey{f.Buyer, f.IdempotencyKey}] = true
 		}
 		left, total := cur.Available, int64(0)
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		var ins strings.Builder
-		var insArgs []any
+		fence := b.Fence
+		var rows []orderModel
 		var placed []int
 		for i, it := range b.Items {
 			q := int64(it.Quantity)
-			k := bk{it.Buyer, it.Key}
+			k := buyerKey{it.Buyer, it.Key}
 			switch {
 			case q > left:
 				errs[i] = service.ErrSoldOut
@@ -121,56 +116,30 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 			left -= q
 			total += q
 			placed = append(placed, i)
-			if ins.Len() > 0 {
-				ins.WriteString(", ")
-			}
-			ins.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-			insArgs = append(insArgs, it.Buyer, it.Key, it.RequestHash, b.SKU, it.Quantity, b.Fence, now)
+			rows = append(rows, orderModel{Buyer: it.Buyer, IdempotencyKey: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
+				Quantity: it.Quantity, Fence: &fence, CreatedAt: now})
 		}
 		if total == 0 {
 			return nil
 		}
-		err := tx.Exec("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES "+ins.String(), insArgs...).Error
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == errDupEntry {
-			return errKeyRace
-		}
-		if err != nil {
+		// One multi-row INSERT, numbered from its LastInsertId.
+		if err := s.insertOrders(tx, rows); err != nil {
+			if isDupEntry(err) {
+				return errKeyRace
+			}
 			return translate(ctx, "insert orders", err)
 		}
-		buyers, keys = buyers[:0], keys[:0]
-		for _, i := range placed {
-			buyers, keys = append(buyers, b.Items[i].Buyer), append(keys, b.Items[i].Key)
-		}
-		var ids []struct {
-			ID                    int64
-			Buyer, IdempotencyKey string
-		}
-		if err := tx.Raw("SELECT id, buyer, idempotency_key FROM orders WHERE buyer IN ? AND idempotency_key IN ?", buyers, keys).
-			Scan(&ids).Error; err != nil {
-			return translate(ctx, "read order ids", err)
-		}
-		idOf := make(map[bk]int64, len(ids))
-		for _, r := range ids {
-			idOf[bk{r.Buyer, r.IdempotencyKey}] = r.ID
-		}
-		var ledger strings.Builder
-		ledgerArgs := make([]any, 0, 4*len(placed))
-		for _, i := range placed {
-			it := b.Items[i]
-			id := idOf[bk{it.Buyer, it.Key}]
-			if id == 0 {
-				return translate(ctx, "read order ids", fmt.Errorf("repo: order %q of %q not found after its insert", it.Key, it.Buyer))
+		if !s.consecutiveIDs {
+			if err := readBackIDs(tx, rows); err != nil {
+				return err
 			}
-			fence := b.Fence
-			orders[i] = service.Order{ID: id, Buyer: it.Buyer, Key: it.Key, SKU: b.SKU, Quantity: it.Quantity, Fence: &fence, CreatedAt: now, RequestHash: it.RequestHash}
-			if ledger.Len() > 0 {
-				ledger.WriteString(", ")
-			}
-			ledger.WriteString("(?, 'sale', ?, ?, ?)")
-			ledgerArgs = append(ledgerArgs, b.SKU, -int64(it.Quantity), id, now)
 		}
-		return finishBatch(tx, b, cur.Version, total, now, ledger.String(), ledgerArgs)
+		ledger := make([]ledgerModel, len(rows))
+		for j, i := range placed {
+			orders[i] = rows[j].order()
+			ledger[j] = ledgerModel{SKU: b.SKU, Kind: kindSale, Delta: -int64(rows[j].Quantity), OrderID: &rows[j].ID, CreatedAt: now}
+		}
+		return s.finishBatch(tx, b, cur.Version, total, now, ledger)
 	})
 	if err != nil {
 		if isServiceErr(err) || errors.Is(err, errKeyRace) {
@@ -181,6 +150,33 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 	return orders, errs, nil
 }
 
+// readBackIDs sets the ids of rows, just inserted, from the table (by buyer
+// and key): when the server does not promise one statement's rows
+// consecutive ids (see Store.consecutiveIDs), LastInsertId numbers only the
+// first.
+func readBackIDs(tx *gorm.DB, rows []orderModel) error {
+	ctx := tx.Statement.Context
+	buyers, keys := make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		buyers[i], keys[i] = r.Buyer, r.IdempotencyKey
+	}
+	var ids []orderModel
+	if err := tx.Select("id", "buyer", "idempotency_key").Where("buyer IN ? AND idempotency_key IN ?", buyers, keys).
+		Find(&ids).Error; err != nil {
+		return translate(ctx, "read order ids", err)
+	}
+	idOf := make(map[buyerKey]int64, len(ids))
+	for _, r := range ids {
+		idOf[buyerKey{r.Buyer, r.IdempotencyKey}] = r.ID
+	}
+	for i := range rows {
+		if rows[i].ID = idOf[buyerKey{rows[i].Buyer, rows[i].IdempotencyKey}]; rows[i].ID == 0 {
+			return translate(ctx, "read order ids", fmt.Errorf("repo: order %q of %q not found after its insert", rows[i].IdempotencyKey, rows[i].Buyer))
+		}
+	}
+	return nil
+}
+
 // deductBatchRows is DeductBatch one INSERT per order: an order whose key
 // exists already is skipped (MySQL rolls back only that INSERT).
 func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
@@ -188,18 +184,14 @@ func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service
 	var errs []error
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		orders, errs = make([]service.Order, len(b.Items)), make([]error, len(b.Items))
-		var rows []stockRow
-		if err := tx.Raw("SELECT "+stockCols+" FROM stock WHERE sku = ?", b.SKU).Scan(&rows).Error; err != nil {
-			return translate(ctx, "read stock", err)
+		cur, err := readStock(tx, b.SKU, false)
+		if err != nil {
+			return err
 		}
-		if len(rows) == 0 {
-			return service.ErrUnknownSKU
-		}
-		cur := rows[0]
 		left, total := cur.Available, int64(0)
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		var ledger strings.Builder
-		var ledgerArgs []any
+		fence := b.Fence
+		var ledger []ledgerModel
 		for i, it := range b.Items {
 			q := int64(it.Quantity)
 			if q > left {
@@ -214,40 +206,28 @@ func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service
 				}
 				return err
 			}
-			res, err := tx.Statement.ConnPool.ExecContext(ctx,
-				"INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-				it.Buyer, it.Key, it.RequestHash, b.SKU, it.Quantity, b.Fence, now)
-			var me *mysql.MySQLError
-			if errors.As(err, &me) && me.Number == errDupEntry {
+			row := orderModel{Buyer: it.Buyer, IdempotencyKey: it.Key, RequestHash: it.RequestHash, SKU: b.SKU, Quantity: it.Quantity, Fence: &fence, CreatedAt: now}
+			if err := tx.Create(&row).Error; err != nil {
+				if !isDupEntry(err) {
+					return translate(ctx, "insert order", err)
+				}
 				errs[i] = service.ErrDuplicateKey
 				if cur.PerBuyerLimit > 0 { // give back what takeAllowance took for it
-					if err := tx.Exec("UPDATE buyer_purchases SET quantity = quantity - ? WHERE buyer = ? AND sku = ?", q, it.Buyer, b.SKU).Error; err != nil {
-						return translate(ctx, "give back allowance", err)
+					if err := giveBack(tx, it.Buyer, b.SKU, q); err != nil {
+						return err
 					}
 				}
 				continue
 			}
-			if err != nil {
-				return translate(ctx, "insert order", err)
-			}
-			id, err := res.LastInsertId()
-			if err != nil {
-				return translate(ctx, "order id", err)
-			}
-			fence := b.Fence
-			orders[i] = service.Order{ID: id, Buyer: it.Buyer, Key: it.Key, SKU: b.SKU, Quantity: it.Quantity, Fence: &fence, CreatedAt: now, RequestHash: it.RequestHash}
+			orders[i] = row.order()
 			left -= q
 			total += q
-			if ledger.Len() > 0 {
-				ledger.WriteString(", ")
-			}
-			ledger.WriteString("(?, 'sale', ?, ?, ?)")
-			ledgerArgs = append(ledgerArgs, b.SKU, -q, id, now)
+			ledger = append(ledger, ledgerModel{SKU: b.SKU, Kind: kindSale, Delta: -q, OrderID: &orders[i].ID, CreatedAt: now})
 		}
 		if total == 0 {
 			return nil
 		}
-		return finishBatch(tx, b, cur.Version, total, now, ledger.String(), ledgerArgs)
+		return s.finishBatch(tx, b, cur.Version, total, now, ledger)
 	})
 	if err != nil {
 		if isServiceErr(err) {
@@ -256,4 +236,62 @@ func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service
 		return nil, nil, translate(ctx, "deduct batch", err)
 	}
 	return orders, errs, nil
+}
+
+// insertOrders inserts rows in one multi-row INSERT and numbers them from
+// its LastInsertId: through gorm's Create, or, with s.leanInserts, a
+// statement built here and sent on the transaction's connection (the
+// benchmark in bench_internal_test.go compares the two).
+func (s *Store) insertOrders(tx *gorm.DB, rows []orderModel) error {
+	if !s.leanInserts {
+		return tx.Create(&rows).Error
+	}
+	q, args := multiInsert("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at)", len(rows),
+		func(i int) []any {
+			r := rows[i]
+			return []any{r.Buyer, r.IdempotencyKey, r.RequestHash, r.SKU, r.Quantity, r.Fence, r.CreatedAt}
+		})
+	res, err := tx.Statement.ConnPool.ExecContext(tx.Statement.Context, q, args...)
+	if err != nil {
+		return err
+	}
+	first, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].ID = first + int64(i)
+	}
+	return nil
+}
+
+// insertLedger inserts the ledger rows in one multi-row INSERT, as
+// insertOrders does.
+func (s *Store) insertLedger(tx *gorm.DB, rows []ledgerModel) error {
+	if !s.leanInserts {
+		return tx.Create(&rows).Error
+	}
+	q, args := multiInsert("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at)", len(rows),
+		func(i int) []any {
+			r := rows[i]
+			return []any{r.SKU, r.Kind, r.Delta, r.OrderID, r.CreatedAt}
+		})
+	return tx.Exec(q, args...).Error
+}
+
+// multiInsert is head VALUES (?, ...), ... for n rows of row(i)'s values.
+func multiInsert(head string, n int, row func(i int) []any) (string, []any) {
+	var q strings.Builder
+	q.WriteString(head)
+	q.WriteString(" VALUES ")
+	var args []any
+	for i := range n {
+		vals := row(i)
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?" + strings.Repeat(", ?", len(vals)-1) + ")")
+		args = append(args, vals...)
+	}
+	return q.String(), args
 }

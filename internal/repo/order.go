@@ -2,66 +2,39 @@ package repo
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/seckill/stock/internal/service"
 )
 
-type orderRow struct {
-	ID             int64
-	Buyer          string
-	IdempotencyKey string
-	RequestHash    string
-	SKU            string `gorm:"column:sku"`
-	Quantity       int
-	Fence          sql.NullInt64
-	CreatedAt      time.Time
-}
-
-func (r orderRow) order() service.Order {
-	o := service.Order{ID: r.ID, Buyer: r.Buyer, Key: r.IdempotencyKey, SKU: r.SKU, Quantity: r.Quantity, CreatedAt: r.CreatedAt, RequestHash: r.RequestHash}
-	if r.Fence.Valid {
-		f := r.Fence.Int64
-		o.Fence = &f
-	}
-	return o
-}
-
-const orderCols = "id, buyer, idempotency_key, request_hash, sku, quantity, fence, created_at"
-
 // OrderByKey returns the order the buyer placed with an idempotency key, or
 // service.ErrOrderNotFound; other errors wrap service.ErrUnavailable.
 func (s *Store) OrderByKey(ctx context.Context, buyer, key string) (service.Order, error) {
-	return s.findOrder(ctx, "buyer = ? AND idempotency_key = ?", buyer, key)
+	return s.findOrder(s.db.WithContext(ctx).Where("buyer = ? AND idempotency_key = ?", buyer, key))
 }
 
 // Order returns an order by id, or service.ErrOrderNotFound.
 func (s *Store) Order(ctx context.Context, id int64) (service.Order, error) {
-	return s.findOrder(ctx, "id = ?", id)
+	return s.findOrder(s.db.WithContext(ctx).Where("id = ?", id))
 }
 
 // Orders returns the buyer's orders (of sku, unless ""), newest first, with
 // ids below before (0: from the newest), at most limit.
 func (s *Store) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error) {
-	q := "SELECT " + orderCols + " FROM orders WHERE buyer = ?"
-	args := []any{buyer}
+	q := s.db.WithContext(ctx).Where("buyer = ?", buyer)
 	if sku != "" {
-		q += " AND sku = ?"
-		args = append(args, sku)
+		q = q.Where("sku = ?", sku)
 	}
 	if before > 0 {
-		q += " AND id < ?"
-		args = append(args, before)
+		q = q.Where("id < ?", before)
 	}
-	q += " ORDER BY id DESC LIMIT ?"
-	args = append(args, limit)
-	var rows []orderRow
-	if err := s.db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+	var rows []orderModel
+	if err := q.Order("id DESC").Limit(limit).Find(&rows).Error; err != nil {
 		return nil, translate(ctx, "list orders", err)
 	}
 	out := make([]service.Order, len(rows))
@@ -71,16 +44,17 @@ func (s *Store) Orders(ctx context.Context, buyer, sku string, before int64, lim
 	return out, nil
 }
 
-func (s *Store) findOrder(ctx context.Context, where string, args ...any) (service.Order, error) {
-	var rows []orderRow
-	err := s.db.WithContext(ctx).Raw("SELECT "+orderCols+" FROM orders WHERE "+where, args...).Scan(&rows).Error
-	if err != nil {
-		return service.Order{}, translate(ctx, "find order", err)
+// findOrder returns the order q selects, or service.ErrOrderNotFound.
+func (s *Store) findOrder(q *gorm.DB) (service.Order, error) {
+	var row orderModel
+	res := q.Limit(1).Find(&row)
+	if res.Error != nil {
+		return service.Order{}, translate(q.Statement.Context, "find order", res.Error)
 	}
-	if len(rows) == 0 {
+	if res.RowsAffected == 0 {
 		return service.Order{}, service.ErrOrderNotFound
 	}
-	return rows[0].order(), nil
+	return row.order(), nil
 }
 
 // Deduct places an order in one transaction, guarded as d.Write says. The
@@ -122,14 +96,40 @@ func isServiceErr(err error) bool {
 	return false
 }
 
-type stockRow struct {
-	Available     int64
-	Sold          int64
-	Version       int64
-	PerBuyerLimit int64
+// readStock reads sku's stock row in tx (with FOR UPDATE when lock), or
+// returns service.ErrUnknownSKU.
+func readStock(tx *gorm.DB, sku string, lock bool) (stockModel, error) {
+	q := tx
+	if lock {
+		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	var row stockModel
+	res := q.Where("sku = ?", sku).Limit(1).Find(&row)
+	if res.Error != nil {
+		return row, translate(tx.Statement.Context, "read stock", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return row, service.ErrUnknownSKU
+	}
+	return row, nil
 }
 
-const stockCols = "available, sold, version, per_buyer_limit"
+// heldBy is what buyer holds of sku by buyer_purchases (0: no row), read
+// with FOR UPDATE when lock: the row's latest value, not an older snapshot.
+func heldBy(tx *gorm.DB, buyer, sku string, lock bool) (int64, error) {
+	q := tx.Model(&purchaseModel{})
+	if lock {
+		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	var held []int64
+	if err := q.Where("buyer = ? AND sku = ?", buyer, sku).Limit(1).Pluck("quantity", &held).Error; err != nil {
+		return 0, translate(tx.Statement.Context, "read allowance", err)
+	}
+	if len(held) == 0 {
+		return 0, nil
+	}
+	return held[0], nil
+}
 
 // takeAllowance records q more units for buyer of sku, unless that would
 // take the buyer past limit (0: no limit), in one statement whose row lock
@@ -142,64 +142,68 @@ func takeAllowance(tx *gorm.DB, buyer, sku string, q, limit int64, plain bool) e
 	if limit <= 0 {
 		return nil
 	}
+	row := purchaseModel{Buyer: buyer, SKU: sku, Quantity: q}
 	if plain {
-		var held []int64
-		if err := tx.Raw("SELECT quantity FROM buyer_purchases WHERE buyer = ? AND sku = ?", buyer, sku).Scan(&held).Error; err != nil {
-			return translate(ctx, "read allowance", err)
-		}
-		h := int64(0)
-		if len(held) > 0 {
-			h = held[0]
+		h, err := heldBy(tx, buyer, sku, false)
+		if err != nil {
+			return err
 		}
 		if h+q > limit {
 			return &service.LimitError{Limit: limit, Held: h, Requested: q}
 		}
-		err := tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE quantity = ?",
-			buyer, sku, h+q, h+q).Error
+		row.Quantity = h + q
+		err = tx.Clauses(clause.OnConflict{DoUpdates: clause.Assignments(map[string]any{"quantity": h + q})}).Create(&row).Error
 		return translate(ctx, "write allowance", err)
 	}
 	if q > limit {
 		return &service.LimitError{Limit: limit, Requested: q}
 	}
-	// Affected rows: 1 inserted, 2 updated, 0 left as it was (refused).
-	res := tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) VALUES (?, ?, ?) "+
-		"ON DUPLICATE KEY UPDATE quantity = IF(quantity + ? <= ?, quantity + ?, quantity)", buyer, sku, q, q, limit, q)
+	// INSERT ... ON DUPLICATE KEY UPDATE; affected rows: 1 inserted, 2
+	// updated, 0 left as it was (refused).
+	res := tx.Clauses(clause.OnConflict{DoUpdates: clause.Assignments(map[string]any{
+		"quantity": gorm.Expr("IF(quantity + ? <= ?, quantity + ?, quantity)", q, limit, q),
+	})}).Create(&row)
 	if res.Error != nil {
 		return translate(ctx, "take allowance", res.Error)
 	}
 	if res.RowsAffected > 0 {
 		return nil
 	}
-	// A locking read: the row's latest value (the upsert holds its lock), not
-	// this transaction's older snapshot.
-	var held []int64
-	if err := tx.Raw("SELECT quantity FROM buyer_purchases WHERE buyer = ? AND sku = ? FOR UPDATE", buyer, sku).Scan(&held).Error; err != nil {
-		return translate(ctx, "read allowance", err)
+	h, err := heldBy(tx, buyer, sku, true)
+	if err != nil {
+		return err
 	}
-	le := &service.LimitError{Limit: limit, Requested: q}
-	if len(held) > 0 {
-		le.Held = held[0]
+	return &service.LimitError{Limit: limit, Held: h, Requested: q}
+}
+
+// giveBack returns q units of buyer's allowance of sku (an order that took
+// it was not placed after all).
+func giveBack(tx *gorm.DB, buyer, sku string, q int64) error {
+	err := tx.Model(&purchaseModel{}).Where("buyer = ? AND sku = ?", buyer, sku).
+		Update("quantity", gorm.Expr("quantity - ?", q)).Error
+	return translate(tx.Statement.Context, "give back allowance", err)
+}
+
+// sale returns the UPDATE of a sale of q units: available down, sold up,
+// version bumped.
+func sale(q int64, now time.Time) map[string]any {
+	return map[string]any{
+		"available":  gorm.Expr("available - ?", q),
+		"sold":       gorm.Expr("sold + ?", q),
+		"version":    gorm.Expr("version + 1"),
+		"updated_at": now,
 	}
-	return le
 }
 
 func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	ctx := tx.Statement.Context
 	q := int64(d.Quantity)
-	var cur stockRow
+	var cur stockModel
 	if d.Write != service.WriteConditional {
-		read := "SELECT " + stockCols + " FROM stock WHERE sku = ?"
-		if d.Write == service.WriteForUpdate {
-			read += " FOR UPDATE"
+		var err error
+		if cur, err = readStock(tx, d.SKU, d.Write == service.WriteForUpdate); err != nil {
+			return service.Order{}, err
 		}
-		var rows []stockRow
-		if err := tx.Raw(read, d.SKU).Scan(&rows).Error; err != nil {
-			return service.Order{}, translate(ctx, "read stock", err)
-		}
-		if len(rows) == 0 {
-			return service.Order{}, service.ErrUnknownSKU
-		}
-		cur = rows[0]
 		if cur.Available < q {
 			return service.Order{}, service.ErrSoldOut
 		}
@@ -208,7 +212,7 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		// (a plain read: a limit changed by the admin meanwhile applies to
 		// the orders that read it after the change).
 		var lim []int64
-		if err := tx.Raw("SELECT per_buyer_limit FROM stock WHERE sku = ?", d.SKU).Scan(&lim).Error; err != nil {
+		if err := tx.Model(&stockModel{}).Where("sku = ?", d.SKU).Limit(1).Pluck("per_buyer_limit", &lim).Error; err != nil {
 			return service.Order{}, translate(ctx, "read stock", err)
 		}
 		if len(lim) == 0 {
@@ -221,41 +225,25 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	}
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	row := orderRow{Buyer: d.Buyer, IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity, CreatedAt: now}
-	if d.Fence != nil {
-		row.Fence = sql.NullInt64{Int64: *d.Fence, Valid: true}
-	}
-	// Through the transaction's connection directly, for LastInsertId: one
-	// round trip fewer than SELECT LAST_INSERT_ID().
-	res, err := tx.Statement.ConnPool.ExecContext(ctx,
-		"INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-		row.Buyer, row.IdempotencyKey, row.RequestHash, row.SKU, row.Quantity, row.Fence, row.CreatedAt)
-	if err != nil {
+	row := orderModel{Buyer: d.Buyer, IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity, Fence: d.Fence, CreatedAt: now}
+	if err := tx.Create(&row).Error; err != nil { // row.ID from the INSERT's LastInsertId
 		return service.Order{}, translate(ctx, "insert order", err)
 	}
-	if row.ID, err = res.LastInsertId(); err != nil {
-		return service.Order{}, translate(ctx, "order id", err)
-	}
-	if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES (?, 'sale', ?, ?, ?)",
-		d.SKU, -q, row.ID, now).Error; err != nil {
+	if err := tx.Create(&ledgerModel{SKU: d.SKU, Kind: kindSale, Delta: -q, OrderID: &row.ID, CreatedAt: now}).Error; err != nil {
 		return service.Order{}, translate(ctx, "insert ledger", err)
 	}
 
-	var upd *gorm.DB
+	upd := tx.Model(&stockModel{}).Where("sku = ?", d.SKU)
 	switch d.Write {
 	case service.WritePlain:
 		// Absolute values from the read: a lost update when writers overlap.
-		upd = tx.Exec("UPDATE stock SET available = ?, sold = ?, version = version + 1, updated_at = ? WHERE sku = ?",
-			cur.Available-q, cur.Sold+q, now, d.SKU)
+		upd = upd.Updates(map[string]any{"available": cur.Available - q, "sold": cur.Sold + q, "version": gorm.Expr("version + 1"), "updated_at": now})
 	case service.WriteVersioned:
-		upd = tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
-			"WHERE sku = ? AND version = ? AND available >= ?", q, q, now, d.SKU, cur.Version, q)
+		upd = upd.Where("version = ? AND available >= ?", cur.Version, q).Updates(sale(q, now))
 	case service.WriteConditional:
-		upd = tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
-			"WHERE sku = ? AND available >= ?", q, q, now, d.SKU, q)
+		upd = upd.Where("available >= ?", q).Updates(sale(q, now))
 	case service.WriteForUpdate:
-		upd = tx.Exec("UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? "+
-			"WHERE sku = ?", q, q, now, d.SKU)
+		upd = upd.Updates(sale(q, now))
 	default:
 		return service.Order{}, fmt.Errorf("repo: unknown write mode %d", d.Write)
 	}
@@ -269,7 +257,7 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		case service.WriteConditional:
 			// Sold out or unknown: tell them apart outside the hot path.
 			var n int64
-			if err := tx.Raw("SELECT COUNT(*) FROM stock WHERE sku = ?", d.SKU).Scan(&n).Error; err != nil {
+			if err := tx.Model(&stockModel{}).Where("sku = ?", d.SKU).Count(&n).Error; err != nil {
 				return service.Order{}, translate(ctx, "read stock", err)
 			}
 			if n == 0 {

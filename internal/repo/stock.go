@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"gorm.io/gorm"
@@ -12,18 +13,11 @@ import (
 
 // Stock returns the stock row of sku, or service.ErrUnknownSKU.
 func (s *Store) Stock(ctx context.Context, sku string) (service.Stock, error) {
-	var rows []stockRow
-	if err := s.db.WithContext(ctx).Raw("SELECT "+stockCols+" FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
-		return service.Stock{}, translate(ctx, "read stock", err)
+	row, err := readStock(s.db.WithContext(ctx), sku, false)
+	if err != nil {
+		return service.Stock{}, err
 	}
-	if len(rows) == 0 {
-		return service.Stock{}, service.ErrUnknownSKU
-	}
-	return rows[0].stock(sku), nil
-}
-
-func (r stockRow) stock(sku string) service.Stock {
-	return service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit}
+	return row.stock(), nil
 }
 
 // Precheck reads the stock row of sku and the buyer's order of key, if any,
@@ -32,15 +26,17 @@ func (r stockRow) stock(sku string) service.Stock {
 func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.Stock, *service.Order, error) {
 	var rows []struct {
 		Available, Sold, Version, PerBuyerLimit int64
-		OID                                     sql.NullInt64  `gorm:"column:oid"`
-		OSKU                                    sql.NullString `gorm:"column:osku"`
-		RequestHash                             sql.NullString `gorm:"column:request_hash"`
-		Quantity                                sql.NullInt64  `gorm:"column:quantity"`
-		Fence                                   sql.NullInt64  `gorm:"column:fence"`
-		CreatedAt                               sql.NullTime   `gorm:"column:created_at"`
+		OID                                     *int64 `gorm:"column:oid"`
+		OSKU                                    string `gorm:"column:osku"`
+		RequestHash                             string
+		Quantity                                int
+		Fence                                   *int64
+		CreatedAt                               *time.Time
 	}
-	err := s.db.WithContext(ctx).Raw("SELECT s.available, s.sold, s.version, s.per_buyer_limit, o.id AS oid, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at "+
-		"FROM stock s LEFT JOIN orders o ON o.buyer = ? AND o.idempotency_key = ? WHERE s.sku = ?", buyer, key, sku).Scan(&rows).Error
+	err := s.db.WithContext(ctx).Table("stock s").
+		Select("s.available, s.sold, s.version, s.per_buyer_limit, o.id AS oid, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at").
+		Joins("LEFT JOIN orders o ON o.buyer = ? AND o.idempotency_key = ?", buyer, key).
+		Where("s.sku = ?", sku).Limit(1).Scan(&rows).Error
 	if err != nil {
 		return service.Stock{}, nil, translate(ctx, "precheck", err)
 	}
@@ -49,11 +45,14 @@ func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.S
 	}
 	r := rows[0]
 	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit}
-	if !r.OID.Valid {
+	if r.OID == nil {
 		return st, nil, nil
 	}
-	o := orderRow{ID: r.OID.Int64, Buyer: buyer, IdempotencyKey: key, SKU: r.OSKU.String, RequestHash: r.RequestHash.String,
-		Quantity: int(r.Quantity.Int64), Fence: r.Fence, CreatedAt: r.CreatedAt.Time}
+	o := orderModel{ID: *r.OID, Buyer: buyer, IdempotencyKey: key, SKU: r.OSKU, RequestHash: r.RequestHash,
+		Quantity: r.Quantity, Fence: r.Fence}
+	if r.CreatedAt != nil {
+		o.CreatedAt = *r.CreatedAt
+	}
 	out := o.order()
 	return st, &out, nil
 }
@@ -66,45 +65,47 @@ func (s *Store) SetStock(ctx context.Context, sku string, available, perBuyerLim
 	var out service.Stock
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		var rows []stockRow
-		if err := tx.Raw("SELECT "+stockCols+" FROM stock WHERE sku = ? FOR UPDATE", sku).Scan(&rows).Error; err != nil {
+		cur, err := readStock(tx, sku, true)
+		exists := err == nil
+		if err != nil && !errors.Is(err, service.ErrUnknownSKU) {
 			return err
 		}
 		var delta int64
-		if len(rows) == 0 {
+		if !exists {
 			delta = available
-			out = service.Stock{SKU: sku, Available: available, Version: 1, PerBuyerLimit: perBuyerLimit}
-			if err := tx.Exec("INSERT INTO stock (sku, available, sold, stocked, version, per_buyer_limit, updated_at) VALUES (?, ?, 0, ?, 1, ?, ?)",
-				sku, available, available, perBuyerLimit, now).Error; err != nil {
+			row := stockModel{SKU: sku, Available: available, Stocked: available, Version: 1, PerBuyerLimit: perBuyerLimit, UpdatedAt: now}
+			if err := tx.Create(&row).Error; err != nil {
 				return err
 			}
+			out = row.stock()
 		} else {
-			cur := rows[0]
 			if cur.Available == available {
 				// The count does not change: no version bump, no zero-delta
 				// ledger row; only a new limit is written.
-				out = cur.stock(sku)
+				out = cur.stock()
 				if cur.PerBuyerLimit == perBuyerLimit {
 					return nil
 				}
 				out.PerBuyerLimit = perBuyerLimit
-				if err := tx.Exec("UPDATE stock SET per_buyer_limit = ? WHERE sku = ?", perBuyerLimit, sku).Error; err != nil {
+				if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Update("per_buyer_limit", perBuyerLimit).Error; err != nil {
 					return err
 				}
 				return recountPurchases(tx, sku, cur.PerBuyerLimit, perBuyerLimit)
 			}
 			delta = available - cur.Available
 			out = service.Stock{SKU: sku, Available: available, Sold: cur.Sold, Version: cur.Version + 1, PerBuyerLimit: perBuyerLimit}
-			if err := tx.Exec("UPDATE stock SET available = ?, stocked = stocked + ?, version = version + 1, per_buyer_limit = ?, updated_at = ? WHERE sku = ?",
-				available, delta, perBuyerLimit, now, sku).Error; err != nil {
+			if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
+				"available": available, "stocked": gorm.Expr("stocked + ?", delta), "version": gorm.Expr("version + 1"),
+				"per_buyer_limit": perBuyerLimit, "updated_at": now,
+			}).Error; err != nil {
 				return err
 			}
 		}
-		if err := tx.Exec("INSERT INTO stock_ledger (sku, kind, delta, created_at) VALUES (?, 'restock', ?, ?)", sku, delta, now).Error; err != nil {
+		if err := tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: delta, CreatedAt: now}).Error; err != nil {
 			return err
 		}
-		if len(rows) > 0 {
-			return recountPurchases(tx, sku, rows[0].PerBuyerLimit, perBuyerLimit)
+		if exists {
+			return recountPurchases(tx, sku, cur.PerBuyerLimit, perBuyerLimit)
 		}
 		return nil
 	})
@@ -121,9 +122,10 @@ func recountPurchases(tx *gorm.DB, sku string, from, to int64) error {
 	if to == 0 || from != 0 {
 		return nil
 	}
-	if err := tx.Exec("DELETE FROM buyer_purchases WHERE sku = ?", sku).Error; err != nil {
+	if err := tx.Where("sku = ?", sku).Delete(&purchaseModel{}).Error; err != nil {
 		return err
 	}
+	// INSERT ... SELECT: clearer in SQL than through the builder.
 	return tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) "+
 		"SELECT buyer, sku, SUM(quantity) FROM orders WHERE sku = ? GROUP BY buyer, sku", sku).Error
 }
@@ -197,12 +199,12 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 // is not sold out or has more than max orders.
 func (s *Store) SoldOutKeys(ctx context.Context, sku string, max int) (keys []service.BuyerKey, complete bool, err error) {
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var rows []stockRow
-		if err := tx.Raw("SELECT "+stockCols+" FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
-			return err
+		cur, err := readStock(tx, sku, false)
+		if errors.Is(err, service.ErrUnknownSKU) || err == nil && cur.Available != 0 {
+			return nil // nothing to keep
 		}
-		if len(rows) == 0 || rows[0].Available != 0 {
-			return nil
+		if err != nil {
+			return err
 		}
 		if err := tx.Table("orders").Select("buyer", "idempotency_key AS `key`").Where("sku = ?", sku).
 			Limit(max + 1).Scan(&keys).Error; err != nil {
