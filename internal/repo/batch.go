@@ -246,10 +246,10 @@ func (s *Store) insertOrders(tx *gorm.DB, rows []orderModel) error {
 	if !s.leanInserts {
 		return tx.Create(&rows).Error
 	}
-	q, args := multiInsert("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at)", len(rows),
-		func(i int) []any {
+	q, args := multiInsert("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at)", len(rows), 7,
+		func(i int, args []any) []any {
 			r := rows[i]
-			return []any{r.Buyer, r.IdempotencyKey, r.RequestHash, r.SKU, r.Quantity, r.Fence, r.CreatedAt}
+			return append(args, r.Buyer, r.IdempotencyKey, r.RequestHash, r.SKU, r.Quantity, r.Fence, r.CreatedAt)
 		})
 	res, err := tx.Statement.ConnPool.ExecContext(tx.Statement.Context, q, args...)
 	if err != nil {
@@ -271,27 +271,29 @@ func (s *Store) insertLedger(tx *gorm.DB, rows []ledgerModel) error {
 	if !s.leanInserts {
 		return tx.Create(&rows).Error
 	}
-	q, args := multiInsert("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at)", len(rows),
-		func(i int) []any {
+	q, args := multiInsert("INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at)", len(rows), 5,
+		func(i int, args []any) []any {
 			r := rows[i]
-			return []any{r.SKU, r.Kind, r.Delta, r.OrderID, r.CreatedAt}
+			return append(args, r.SKU, r.Kind, r.Delta, r.OrderID, r.CreatedAt)
 		})
 	return tx.Exec(q, args...).Error
 }
 
-// multiInsert is head VALUES (?, ...), ... for n rows of row(i)'s values.
-func multiInsert(head string, n int, row func(i int) []any) (string, []any) {
+// multiInsert is head VALUES (?, ...), ... for n rows of width values
+// each, appended by row.
+func multiInsert(head string, n, width int, row func(i int, args []any) []any) (string, []any) {
+	tuple := "(?" + strings.Repeat(", ?", width-1) + ")"
 	var q strings.Builder
+	q.Grow(len(head) + 8 + n*(len(tuple)+2))
 	q.WriteString(head)
 	q.WriteString(" VALUES ")
-	var args []any
+	args := make([]any, 0, n*width)
 	for i := range n {
-		vals := row(i)
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?" + strings.Repeat(", ?", len(vals)-1) + ")")
-		args = append(args, vals...)
+		q.WriteString(tuple)
+		args = row(i, args)
 	}
 	return q.String(), args
 }
