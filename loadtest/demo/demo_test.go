@@ -113,8 +113,8 @@ func TestCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 3 {
-		t.Fatalf("%d measurements; want 3", len(rs))
+	if len(rs) != 4 {
+		t.Fatalf("%d measurements; want 4", len(rs))
 	}
 	for _, r := range rs {
 		t.Log(r.String())
