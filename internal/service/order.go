@@ -190,24 +190,25 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	if s.soldOut.soldOutFor(r.SKU, r.Buyer, r.Key) {
 		return Order{}, false, ErrSoldOut
 	}
-	// The stock row and the key's order, in one statement (one snapshot): an
-	// order of this key committed before the read is always seen, so a retry
-	// whose first attempt took the last unit gets its order back, not a 409.
-	st, prev, err := s.store.Precheck(ctx, r.SKU, r.Buyer, r.Key)
-	if err != nil {
-		return Order{}, false, err
-	}
-	if prev != nil {
-		return replay(*prev, hash)
-	}
-	// Sold-out traffic must not queue behind the lock.
-	if st.Available < int64(r.Quantity) {
-		if st.Available == 0 {
-			lctx, cancel := s.writeCtx(ctx)
-			s.soldOut.load(lctx, s.store, r.SKU)
-			cancel()
+	if !s.batchesCheck() {
+		// The stock row and the key's order, in one statement (one
+		// snapshot): an order of this key committed before the read is
+		// always seen, so a retry whose first attempt took the last unit
+		// gets its order back, not a 409.
+		st, prev, err := s.store.Precheck(ctx, r.SKU, r.Buyer, r.Key)
+		if err != nil {
+			return Order{}, false, err
 		}
-		return Order{}, false, ErrSoldOut
+		if prev != nil {
+			return replay(*prev, hash)
+		}
+		// Sold-out traffic must not queue behind the lock.
+		if st.Available < int64(r.Quantity) {
+			if st.Available == 0 {
+				s.learnSoldOut(ctx, r.SKU)
+			}
+			return Order{}, false, ErrSoldOut
+		}
 	}
 
 	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
@@ -229,11 +230,13 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	default:
 		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
 	}
-	if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) {
+	if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrLimitExceeded) {
 		// A concurrent request with the same key won the insert, or (sold
-		// out) an earlier attempt of this key may have taken the last unit
-		// and committed while this one waited. The lookup has a bound of its
-		// own: the write's may have run out while this request waited in line.
+		// out, over the limit) an earlier attempt of this key may have taken
+		// the last unit or allowance and committed while this one waited, or
+		// before it (the batch path has no pre-check). The lookup has a
+		// bound of its own: the write's may have run out while this request
+		// waited in line.
 		lctx, cancel := s.writeCtx(ctx)
 		defer cancel()
 		existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)
@@ -241,7 +244,10 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		case ferr == nil:
 			return replay(existing, hash)
 		case errors.Is(err, ErrSoldOut) && errors.Is(ferr, ErrOrderNotFound):
+			s.learnSoldOut(ctx, r.SKU)
 			return Order{}, false, ErrSoldOut
+		case errors.Is(err, ErrLimitExceeded) && errors.Is(ferr, ErrOrderNotFound):
+			return Order{}, false, err
 		case errors.Is(ferr, ErrOrderNotFound):
 			// The key's other order was rolled back after all: retryable.
 			return Order{}, false, fmt.Errorf("%w: a concurrent request with this key did not finish", ErrBusy)
@@ -252,6 +258,25 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	return o, false, nil
+}
+
+// batchesCheck reports whether the order skips the pre-check read and goes
+// straight to the line: under combined lock+version the batch reads the
+// stock row and the batch's keys itself (one read for up to BatchMax
+// orders instead of one each), a key with an order comes back as a
+// duplicate and is answered as a replay, and sold-out traffic is kept out
+// of the line by the sold-out fast path, learnt from the first sold-out
+// answer. Without the fast path the pre-check keeps sold-out traffic out.
+func (s *Service) batchesCheck() bool {
+	return s.cfg.Strategy == StrategyLockVersion && s.cfg.BatchMax > 1 && s.soldOut != nil
+}
+
+// learnSoldOut loads the sold-out fast path's entry of sku after MySQL
+// answered "sold out" (it keeps it only if the SKU has nothing left).
+func (s *Service) learnSoldOut(ctx context.Context, sku string) {
+	lctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	s.soldOut.load(lctx, s.store, sku)
 }
 
 // writeCtx bounds a write that starts now. Once a write starts it finishes,

@@ -20,7 +20,7 @@ import (
 // countingStore counts the store calls an order makes.
 type countingStore struct {
 	service.Store
-	calls atomic.Int64
+	calls, prechecks atomic.Int64
 }
 
 func (c *countingStore) OrderByKey(ctx context.Context, buyer, key string) (service.Order, error) {
@@ -35,6 +35,7 @@ func (c *countingStore) Stock(ctx context.Context, sku string) (service.Stock, e
 
 func (c *countingStore) Precheck(ctx context.Context, sku, buyer, key string) (service.Stock, *service.Order, error) {
 	c.calls.Add(1)
+	c.prechecks.Add(1)
 	return c.Store.Precheck(ctx, sku, buyer, key)
 }
 
@@ -68,7 +69,10 @@ func (e *env) instance(cfg service.Config) (*service.Service, *countingStore, *c
 	if cfg.Strategy == "" {
 		cfg.Strategy = service.StrategyLockVersion
 	}
-	cfg.LockWait, cfg.BatchMax = 5*time.Second, 64
+	cfg.LockWait = 5 * time.Second
+	if cfg.BatchMax == 0 {
+		cfg.BatchMax = 64
+	}
 	cs := &countingStore{Store: e.store}
 	s := service.New(cfg, cs, e.locker, nil, e.metrics)
 	c := &clock{t: time.Now()}
@@ -233,5 +237,56 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	got, replayed, err := e.place(b, "b1", "k1")
 	if err != nil || !replayed || got.ID != o.ID {
 		t.Fatalf("replay at b of the order placed at a = %+v, %v, %v; want the replay of order %d", got, replayed, err, o.ID)
+	}
+}
+
+// Combined lock+version orders skip the pre-check read: the batch reads the
+// stock and the keys for all its orders. A replay, a sold-out answer and an
+// over-the-limit replay still come out right. With BatchMax 1 every order
+// reads first.
+func TestBatchPathSkipsThePrecheck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, service.Config{})
+	ctx := context.Background()
+	if _, err := e.store.SetStock(ctx, e.sku, 3, 1); err != nil { // a per-buyer limit of 1
+		t.Fatal(err)
+	}
+	s, cs, _ := e.instance(service.Config{})
+	first, _, err := e.place(s, "b1", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cs.prechecks.Load(); n != 0 {
+		t.Fatalf("a combined lock+version order made %d pre-check reads; want 0", n)
+	}
+	// The replay, with the buyer at its limit: the same order, 200.
+	o, replayed, err := e.place(s, "b1", "k1")
+	if err != nil || !replayed || o.ID != first.ID {
+		t.Fatalf("replay at the limit = %+v, %v, %v; want the replay of order %d", o, replayed, err, first.ID)
+	}
+	if _, _, err := e.place(s, "b1", "k2"); !errors.Is(err, service.ErrLimitExceeded) {
+		t.Fatalf("a second key over the limit = %v; want ErrLimitExceeded", err)
+	}
+	for _, b := range []string{"b2", "b3"} {
+		if _, _, err := e.place(s, b, "k1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := e.place(s, "b4", "k1"); !errors.Is(err, service.ErrSoldOut) {
+		t.Fatalf("order after the sell-out = %v; want ErrSoldOut", err)
+	}
+	if o, replayed, err := e.place(s, "b1", "k1"); err != nil || !replayed || o.ID != first.ID {
+		t.Fatalf("replay after the sell-out = %+v, %v, %v; want the replay of order %d", o, replayed, err, first.ID)
+	}
+	if n := cs.prechecks.Load(); n != 0 {
+		t.Fatalf("%d pre-check reads on the batch path; want 0", n)
+	}
+
+	alone, cs1, _ := e.instance(service.Config{BatchMax: 1})
+	if _, _, err := e.place(alone, "b5", "k1"); !errors.Is(err, service.ErrSoldOut) {
+		t.Fatalf("order after the sell-out, BatchMax 1 = %v; want ErrSoldOut", err)
+	}
+	if n := cs1.prechecks.Load(); n != 1 {
+		t.Fatalf("BatchMax 1: %d pre-check reads; want 1", n)
 	}
 }
