@@ -60,7 +60,9 @@ compose-check:
 ## then every strategy on three local instances: the zero-oversell proof (sell-out) and a
 ## throughput run that does not sell out; prints the comparison, writes loadtest/report/
 ## demo-throughput: the ceiling and the throughput run only
-.PHONY: demo-throughput
+## profile: the ceiling and a longer lock+version throughput run with a CPU profile of one
+## instance and the machine's CPU by process; writes docs/profile.md (and docs/profile.pb.gz)
+.PHONY: demo-throughput profile
 # all: every strategy of the service's one table (internal/service/strategy.go)
 DEMO_STRATEGIES ?= all
 DEMO_STOCK ?= 1000
@@ -78,3 +80,6 @@ demo: build
 	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput
 demo-throughput: build
 	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput
+profile: build
+	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -tp-buyers 60000 \
+		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)

@@ -56,6 +56,7 @@ type options struct {
 	keepDB     bool
 	logw       io.Writer
 	ceiling    *ceilingOpts // nil: no ceiling phase
+	profile    string       // if set, the throughput phase's lock+version run writes a CPU profile document here
 }
 
 // ceilingOpts sizes the ceiling phase.
@@ -96,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
 	fs.DurationVar(&tp.duration, "tp-duration", time.Minute, "throughput: cap on each run's buying phase")
 	fs.Int64Var(&tp.limit, "tp-limit", 0, "throughput: the SKU's per-buyer limit in units (0: none), to measure what enforcing it costs")
+	fs.StringVar(&o.profile, "profile", "", "write a CPU profile of one lock+version instance in the throughput phase to this markdown file (and the raw profile beside it)")
 	fs.IntVar(&ceil.concurrency, "ceiling-concurrency", 240, "ceiling: concurrent connections")
 	fs.DurationVar(&ceil.duration, "ceiling-duration", 5*time.Second, "ceiling: measured time of each request kind (after 1s of warm-up)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -206,9 +208,26 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 	for _, p := range o.phases {
 		var runs []*driver.Result
 		for _, s := range o.strategies {
-			res, err := runStrategy(ctx, o, p, s, runID, token)
+			var prof *profiler
+			if o.profile != "" && p.name == "throughput" && s == "lock+version" {
+				var err error
+				if prof, err = newProfiler(); err != nil {
+					return driver.Report{}, err
+				}
+			}
+			res, err := runStrategy(ctx, o, p, s, runID, token, prof)
 			if err != nil {
 				return driver.Report{}, fmt.Errorf("%s, %s: %w", p.name, s, err)
+			}
+			if prof != nil {
+				b, err := prof.wait()
+				if err == nil {
+					err = writeProfileDoc(ctx, o, prof, b, res, ceiling)
+				}
+				if err != nil {
+					return driver.Report{}, fmt.Errorf("profile: %w", err)
+				}
+				fmt.Fprintf(stdout, "profile: %s\n", o.profile)
 			}
 			runs = append(runs, res)
 			if !res.Passed {
@@ -259,7 +278,7 @@ func freshDB(ctx context.Context, o options, name string) (dsn string, drop func
 
 // runStrategy is one run: fresh database, o.instances instances, the driver,
 // stop, and the instances' exit checked.
-func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token string) (*driver.Result, error) {
+func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token string, prof *profiler) (*driver.Result, error) {
 	prefix := ""
 	if p.name == "throughput" {
 		prefix = "tp_"
@@ -269,14 +288,31 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 		return nil, err
 	}
 	defer drop()
-	f, err := fleet.Start(ctx, fleet.Config{
+	fc := fleet.Config{
 		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: strategy,
 		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy), Env: demoEnv,
-	})
+	}
+	if prof != nil {
+		fc.InstanceEnv = prof.env()
+	}
+	f, err := fleet.Start(ctx, fc)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Stop()
+	if prof != nil {
+		var pids []int
+		for _, in := range f.Instances {
+			pids = append(pids, in.PID())
+		}
+		prof.procs = []procGroup{
+			{fmt.Sprintf("the %d stock instances", len(pids)), func() []int { return pids }},
+			{"MySQL (mariadbd, mysqld)", pidsNamed("mariadbd", "mysqld")},
+			{"Redis (every redis-server)", pidsNamed("redis-server")},
+			{"the load driver (this process)", func() []int { return []int{os.Getpid()} }},
+		}
+		prof.start(ctx)
+	}
 	res, err := driver.Run(ctx, driver.Config{
 		URLs: f.URLs(), Stock: p.stock, Buyers: p.buyers, Concurrency: p.concurrency, Quantity: p.quantity,
 		AdminToken: token, JWTSecret: fleet.JWTSecret, Retries: o.retries, Duration: p.duration, MySQLDSN: dsn, RedisAddr: o.redis,

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seckill/stock/loadtest/driver"
+)
+
+// profiler takes a CPU profile of one instance in the middle of a run:
+// instance 0 serves net/http/pprof on a free loopback port, and after
+// profileDelay the profile of the next profileSeconds is fetched.
+type profiler struct {
+	addr  string
+	got   chan []byte
+	err   chan error
+	procs []procGroup // the machine's CPU over the profile's window, by process
+	split []cpuShare
+}
+
+// procGroup is processes whose CPU is counted together.
+type procGroup struct {
+	name string
+	pids func() []int
+}
+
+// cpuShare is a group's CPU over the profile's window, in cores.
+type cpuShare struct {
+	name  string
+	cores float64
+}
+
+const (
+	profileDelay   = 3 * time.Second
+	profileSeconds = 5
+)
+
+func newProfiler() (*profiler, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return &profiler{addr: addr, got: make(chan []byte, 1), err: make(chan error, 1)}, nil
+}
+
+// env is instance 0's extra setting.
+func (p *profiler) env() []map[string]string {
+	return []map[string]string{{"STOCK_PPROF_ADDR": p.addr}}
+}
+
+// start fetches the profile in the background.
+func (p *profiler) start(ctx context.Context) {
+	go func() {
+		select {
+		case <-ctx.Done():
+			p.err <- ctx.Err()
+			return
+		case <-time.After(profileDelay):
+		}
+		before := p.cpu()
+		t0 := time.Now()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.addr, profileSeconds), nil)
+		if err != nil {
+			p.err <- err
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			p.err <- err
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		after, secs := p.cpu(), time.Since(t0).Seconds()
+		for i, g := range p.procs {
+			p.split = append(p.split, cpuShare{g.name, (after[i] - before[i]) / secs})
+		}
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("pprof: %s: %s", resp.Status, b)
+		}
+		if err != nil {
+			p.err <- err
+			return
+		}
+		p.got <- b
+	}()
+}
+
+// cpu is each group's CPU seconds so far.
+func (p *profiler) cpu() []float64 {
+	out := make([]float64, len(p.procs))
+	for i, g := range p.procs {
+		for _, pid := range g.pids() {
+			out[i] += procCPU(pid)
+		}
+	}
+	return out
+}
+
+// procCPU is a process's user and system CPU seconds (Linux; 0 elsewhere).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) start at state.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st float64
+	_, _ = fmt.Sscan(f[11], &ut)
+	_, _ = fmt.Sscan(f[12], &st)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// pidsNamed is the processes whose command name is one of names.
+func pidsNamed(names ...string) func() []int {
+	return func() []int {
+		var out []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			var pid int
+			if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+				continue
+			}
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if err == nil && slices.Contains(names, strings.TrimSpace(string(comm))) {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+}
+
+func (p *profiler) wait() ([]byte, error) {
+	select {
+	case b := <-p.got:
+		return b, nil
+	case err := <-p.err:
+		return nil, err
+	}
+}
+
+// profileShares are the parts of an instance's CPU the profile document
+// reports: the share of samples whose stack includes a match.
+var profileShares = []struct{ name, focus string }{
+	{"syscalls (network reads and writes, futex)", `^syscall\.|^internal/runtime/syscall\.|^runtime\.futex`},
+	{"MySQL client (go-sql-driver, database/sql)", `go-sql-driver/mysql|^database/sql\.`},
+	{"gorm", `^gorm\.io/`},
+	{"Redis client (lock, rate limit)", `redis/go-redis`},
+	{"HTTP server and gin (all of a request's handling)", `^net/http\.|gin-gonic`},
+	{"the order path (internal/service)", `stock/internal/service\.`},
+	{"the lock (internal/lock)", `stock/internal/lock\.`},
+	{"JWT verification", `golang-jwt`},
+	{"JSON", `^encoding/json\.`},
+	{"logging (slog)", `^log/slog\.`},
+	{"garbage collection", `^runtime\.gcBgMarkWorker|^runtime\.gcAssist|^runtime\.markroot`},
+}
+
+var showingRE = regexp.MustCompile(`Showing nodes accounting for [^,]+, ([0-9.]+)% of ([^ ]+) total`)
+
+// writeProfileDoc writes the profile document: header, the run it was taken
+// in, the shares of profileShares, and pprof's top functions.
+func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte, res *driver.Result, ceiling []driver.RateResult) error {
+	dir := filepath.Dir(o.profile)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	pb := strings.TrimSuffix(o.profile, filepath.Ext(o.profile)) + ".pb.gz"
+	if err := os.WriteFile(pb, profile, 0o644); err != nil {
+		return err
+	}
+	pprof := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, o.goTool, append([]string{"tool", "pprof"}, append(args, pb)...)...)
+		var out, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("go tool pprof %v: %w: %s", args, err, stderr.String())
+		}
+		return out.String(), nil
+	}
+	var b strings.Builder
+	m := res.Machine
+	commit := "unknown"
+	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	}
+	fmt.Fprintf(&b, "# CPU profile of one instance at the throughput phase's rate\n\n")
+	fmt.Fprintf(&b, "Generated by `make profile` on %s at commit %s; %d cores (%s), %s, %s, MySQL %s, Redis %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), commit, m.Cores, m.CPU, m.OS, m.Go, m.MySQL, m.Redis)
+	fmt.Fprintf(&b, "The run: `%s`, %d instances, %d buyers at %d concurrent: %.0f orders/s, p99 %.1f ms, result %s.",
+		res.Label, len(res.Instances), res.Buyers, res.Concurrency, res.OrdersPerSec, res.Latency.P99, res.Verdict())
+	if h := rateOf(ceiling, ceilingHealthz); h > 0 {
+		fmt.Fprintf(&b, " The same build's /healthz ceiling: %.0f/s (orders/s = %.3fx of it).", h, res.OrdersPerSec/h)
+	}
+	fmt.Fprintf(&b, "\nThe profile is instance 0's CPU for %d s, %v into the buying phase's start; the raw profile is `%s`.\n\n",
+		profileSeconds, profileDelay, filepath.Base(pb))
+	top, err := pprof("-top", "-nodecount=1")
+	if err != nil {
+		return err
+	}
+	if mm := showingRE.FindStringSubmatch(top); mm != nil {
+		fmt.Fprintf(&b, "Samples: %s of CPU in %d s (%.0f%% of one core).\n\n", mm[2], profileSeconds, cpuPercent(mm[2]))
+	}
+	if len(p.split) > 0 {
+		b.WriteString("## Who uses the machine\n\nCPU over the profile's window, in cores (of " + fmt.Sprint(m.Cores) + "), from /proc.\n\n| processes | cores |\n|---|---|\n")
+		total := 0.0
+		for _, sh := range p.split {
+			fmt.Fprintf(&b, "| %s | %.2f |\n", sh.name, sh.cores)
+			total += sh.cores
+		}
+		fmt.Fprintf(&b, "| all of these | %.2f |\n\n", total)
+	}
+	b.WriteString("## Where the instance's CPU goes\n\nShare of samples whose stack includes the part (they overlap: a MySQL read is also a syscall).\n\n| part | share of samples |\n|---|---|\n")
+	for _, sh := range profileShares {
+		// Every node shown: their flat times sum to the focused samples.
+		out, err := pprof("-top", "-nodecount=1000000", "-focus="+sh.focus)
+		if err != nil {
+			return err
+		}
+		share := "0%"
+		if mm := showingRE.FindStringSubmatch(out); mm != nil {
+			share = mm[1] + "%"
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", sh.name, share)
+	}
+	cum, err := pprof("-top", "-cum", "-nodecount=40")
+	if err != nil {
+		return err
+	}
+	flat, err := pprof("-top", "-nodecount=25")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\n## Top functions by cumulative time\n\n```\n%s```\n\n## Top functions by own time\n\n```\n%s```\n", cum, flat)
+	return os.WriteFile(o.profile, []byte(b.String()), 0o644)
+}
+
+// cpuPercent turns pprof's total ("1.23s", "850ms") into a share of one
+// core over profileSeconds.
+func cpuPercent(total string) float64 {
+	d, err := time.ParseDuration(total)
+	if err != nil {
+		return 0
+	}
+	return 100 * d.Seconds() / profileSeconds
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seckill/stock/loadtest/driver"
+)
+
+// The profile document is written from a real CPU profile: the samples
+// line, the machine table, one row per part, and pprof's tables.
+func TestProfileDoc(t *testing.T) {
+	var prof bytes.Buffer
+	if err := pprof.StartCPUProfile(&prof); err != nil {
+		t.Fatal(err)
+	}
+	before := procCPU(os.Getpid())
+	var sink []string
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		sink = append(sink, strings.Repeat("x", 64)) // allocates: some GC too
+		if len(sink) > 1e5 {
+			sink = sink[:0]
+		}
+	}
+	pprof.StopCPUProfile()
+	if after := procCPU(os.Getpid()); after <= before {
+		t.Fatalf("procCPU of this process went from %v to %v over 300 ms of work", before, after)
+	}
+	p := &profiler{split: []cpuShare{{"the test", 0.9}}}
+	o := options{goTool: "go", profile: filepath.Join(t.TempDir(), "profile.md")}
+	res := &driver.Result{Label: "lock+version", Buyers: 10, Concurrency: 2, OrdersPerSec: 100, Passed: true}
+	if err := writeProfileDoc(context.Background(), o, p, prof.Bytes(), res, []driver.RateResult{{Name: ceilingHealthz, PerSec: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(o.profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Samples: ", "| the test | 0.90 |", "orders/s = 0.100x", "## Top functions by cumulative time", "testing.tRunner"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("profile document lacks %q:\n%s", want, doc)
+		}
+	}
+	if n := strings.Count(string(doc), "% |\n"); n != len(profileShares) {
+		t.Errorf("%d share rows; want %d:\n%s", n, len(profileShares), doc)
+	}
+	if _, err := os.Stat(strings.TrimSuffix(o.profile, ".md") + ".pb.gz"); err != nil {
+		t.Error(err)
+	}
+}
