@@ -142,7 +142,7 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 		return s.finishBatch(tx, b, cur.Version, total, now, ledger)
 	})
 	if err != nil {
-		if isServiceErr(err) || errors.Is(err, errKeyRace) {
+		if service.IsError(err) || errors.Is(err, errKeyRace) {
 			return nil, nil, err
 		}
 		return nil, nil, translate(ctx, "deduct batch", err)
@@ -230,7 +230,7 @@ func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service
 		return s.finishBatch(tx, b, cur.Version, total, now, ledger)
 	})
 	if err != nil {
-		if isServiceErr(err) {
+		if service.IsError(err) {
 			return nil, nil, err
 		}
 		return nil, nil, translate(ctx, "deduct batch", err)

@@ -2,7 +2,6 @@ package repo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -77,23 +76,12 @@ func (s *Store) Deduct(ctx context.Context, d service.Deduction) (service.Order,
 		return nil
 	})
 	if err != nil {
-		if isServiceErr(err) {
+		if service.IsError(err) {
 			return service.Order{}, err
 		}
 		return service.Order{}, translate(ctx, "deduct", err)
 	}
 	return o, nil
-}
-
-// isServiceErr reports an error the transaction body returned on purpose.
-func isServiceErr(err error) bool {
-	for _, e := range []error{service.ErrSoldOut, service.ErrUnknownSKU, service.ErrConflict, service.ErrDuplicateKey,
-		service.ErrLockLost, service.ErrUnavailable, service.ErrBusy, service.ErrLimitExceeded} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // readStock reads sku's stock row in tx (with FOR UPDATE when lock), or

@@ -22,3 +22,15 @@ func SoldOutKnown(s *Service, sku string) bool {
 	e := s.soldOut.skus[sku]
 	return e != nil && e.keys != nil
 }
+
+// Admitted returns the orders of sku in progress at s, counted against
+// QueueMax (for tests).
+func Admitted(s *Service, sku string) int {
+	sh := s.lines.shard(sku)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if l := sh.m[sku]; l != nil {
+		return l.admitted
+	}
+	return 0
+}

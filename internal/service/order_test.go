@@ -214,9 +214,16 @@ func TestLineCap(t *testing.T) {
 			for i := range n {
 				waiting = append(waiting, e.placeAsync(ctx, fmt.Sprintf("key-%d", i)))
 			}
-			if batchMax > 1 {
-				e.waitInLine(t, 4)
-			} else {
+			// Every one admitted, and one waiting for the lock (with
+			// combining, how many ride in the leader's batch depends on
+			// arrival: the rest wait in the line).
+			for deadline := time.Now().Add(5 * time.Second); service.Admitted(e.svc, e.sku) < n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d orders admitted after 5s; want %d", service.Admitted(e.svc, e.sku), n)
+				}
+			}
+			e.waitForLock(t)
+			if batchMax == 1 {
 				e.waitInLine(t, 5)
 			}
 			_, _, err := e.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: "key-over", SKU: e.sku, Quantity: 1})

@@ -12,37 +12,50 @@ import (
 	"time"
 )
 
+// Error is the type of every error of the service contract below, so a
+// caller can tell them from any other error (IsError) without a list that
+// could drift: a new one is covered by being declared here.
+type Error struct{ msg string }
+
+func (e *Error) Error() string { return e.msg }
+
+// IsError reports whether err is, or wraps, one of the service's errors.
+func IsError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
 // Errors of the service contract. The handler maps each to one HTTP status.
 var (
 	// ErrInvalid is wrapped by every validation error; the message says which field.
-	ErrInvalid = errors.New("service: invalid input")
+	ErrInvalid = &Error{msg: "service: invalid input"}
 	// ErrUnknownSKU: no stock row for the SKU.
-	ErrUnknownSKU = errors.New("service: unknown sku")
+	ErrUnknownSKU = &Error{msg: "service: unknown sku"}
 	// ErrOrderNotFound: no order with that id or key.
-	ErrOrderNotFound = errors.New("service: order not found")
+	ErrOrderNotFound = &Error{msg: "service: order not found"}
 	// ErrSoldOut: available < quantity.
-	ErrSoldOut = errors.New("service: sold out")
+	ErrSoldOut = &Error{msg: "service: sold out"}
 	// ErrLimitExceeded: the order would take the buyer past the SKU's
 	// per-buyer limit; errors.As to *LimitError for the allowance left.
-	ErrLimitExceeded = errors.New("service: per-buyer limit exceeded")
+	ErrLimitExceeded = &Error{msg: "service: per-buyer limit exceeded"}
 	// ErrKeyReused: the idempotency key already placed an order with another body.
-	ErrKeyReused = errors.New("service: idempotency key reused with a different request")
+	ErrKeyReused = &Error{msg: "service: idempotency key reused with a different request"}
 	// ErrInProgress: another request with the same idempotency key is still
 	// being served at this instance; retry with the same key.
-	ErrInProgress = errors.New("service: a request with this idempotency key is in progress")
+	ErrInProgress = &Error{msg: "service: a request with this idempotency key is in progress"}
 	// ErrBusy: the SKU lock, or a conflict-free write, could not be had in time.
-	ErrBusy = errors.New("service: busy, retry later")
+	ErrBusy = &Error{msg: "service: busy, retry later"}
 	// ErrUnavailable: Redis (in reject mode) or MySQL is unreachable.
-	ErrUnavailable = errors.New("service: dependency unavailable")
+	ErrUnavailable = &Error{msg: "service: dependency unavailable"}
 	// ErrLockLost: the SKU lock was lost before commit; nothing was written.
-	ErrLockLost = errors.New("service: lock lost before commit, order not placed")
+	ErrLockLost = &Error{msg: "service: lock lost before commit, order not placed"}
 
 	// ErrConflict is returned by Store.Deduct when a versioned UPDATE matched
 	// no row: the version moved, so someone wrote without (or despite) the lock.
-	ErrConflict = errors.New("service: version conflict")
+	ErrConflict = &Error{msg: "service: version conflict"}
 	// ErrDuplicateKey is returned by Store.Deduct when the idempotency key is
 	// already taken (a concurrent replay).
-	ErrDuplicateKey = errors.New("service: duplicate idempotency key")
+	ErrDuplicateKey = &Error{msg: "service: duplicate idempotency key"}
 )
 
 // LimitError is an order refused by the SKU's per-buyer limit.
