@@ -29,6 +29,7 @@ import (
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/stockevents"
 )
 
@@ -240,7 +241,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
-	svc := service.New(svcCfg, store, service.RedisLocker{Client: locks}, log, m)
+	svc := service.New(svcCfg, store, skulock.Redis{Client: locks}, log, m)
 	// Restocks made through other instances end this one's sold-out answers.
 	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
 	listened := make(chan struct{})

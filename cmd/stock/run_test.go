@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/stock/internal/auth"
+	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -257,7 +258,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	}
 	r := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
 	defer r.Close()
-	if n, _ := r.Exists(context.Background(), "stock:{"+sku+"}").Result(); n != 0 {
+	if n, _ := r.Exists(context.Background(), skulock.Name(sku)).Result(); n != 0 {
 		t.Fatal("the SKU lock is still held after shutdown")
 	}
 	t.Logf("%d orders acknowledged before shutdown, all persisted", len(acks))

@@ -23,6 +23,7 @@ import (
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -123,7 +124,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	locks := lock.New(rdb, lock.WithWatchdogTimeout(o.watchdog))
-	var locker service.Locker = service.RedisLocker{Client: locks}
+	var locker service.Locker = skulock.Redis{Client: locks}
 	if o.locker != nil {
 		locker = o.locker
 	}

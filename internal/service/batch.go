@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/seckill/stock/internal/lock"
 )
 
 // Request combining for lock+version. Orders of one SKU that arrive at an
@@ -175,7 +173,7 @@ func (s *Service) takeLock(ctx context.Context, sku string) (*heldLock, error) {
 	h, err := s.locks.TryLock(ctx, sku, s.cfg.LockWait, s.cfg.LockLease)
 	wait := time.Since(start)
 	switch {
-	case errors.Is(err, lock.ErrNotObtained):
+	case errors.Is(err, ErrLockNotObtained):
 		s.metrics.Lock("timeout", wait)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())

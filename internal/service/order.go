@@ -12,36 +12,23 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/metrics"
 )
 
 // Hold is a held SKU lock (a *lock.Hold).
 type Hold interface {
 	Context() context.Context
-	Err() error // nil while held; lock.ErrLockLost once lost
+	Err() error // nil while held; an error once the lock is lost
 	Fence() int64
 	Unlock(ctx context.Context) error
 }
 
-// Locker takes the per-SKU lock. Errors: lock.ErrNotObtained when the wait ran
-// out (joined with the context's error when it ended); anything else means
-// Redis could not be asked.
+// Locker takes the per-SKU lock (internal/skulock adapts the Redis lock).
+// Errors: ErrLockNotObtained when the wait ran out (joined with the
+// context's error when it ended); anything else means the lock's store
+// (Redis) could not be asked.
 type Locker interface {
 	TryLock(ctx context.Context, sku string, wait, lease time.Duration) (Hold, error)
-}
-
-// RedisLocker is the Locker on internal/lock: one lock per SKU named
-// "stock:{<sku>}".
-type RedisLocker struct{ Client *lock.Client }
-
-// TryLock takes the SKU's lock; see Locker.
-func (l RedisLocker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (Hold, error) {
-	h, err := l.Client.Mutex("stock:{"+sku+"}").TryLock(ctx, wait, lease)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
 }
 
 // Config configures a Service.

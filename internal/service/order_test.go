@@ -18,6 +18,7 @@ import (
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -76,7 +77,7 @@ func newEnv(t *testing.T, cfg service.Config) *env {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	locker := service.RedisLocker{Client: newLocks()}
+	locker := skulock.Redis{Client: newLocks()}
 	svc := service.New(cfg, store, locker, nil, m)
 	return &env{svc: svc, store: store, locker: locker, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
 }
@@ -84,7 +85,7 @@ func newEnv(t *testing.T, cfg service.Config) *env {
 // holdSKU takes the SKU's lock as another instance would.
 func (e *env) holdSKU(t *testing.T) *lock.Hold {
 	t.Helper()
-	h, err := e.other.Mutex("stock:{" + e.sku + "}").Lock(context.Background())
+	h, err := e.other.Mutex(skulock.Name(e.sku)).Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func (e *env) waitForLock(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
 	defer rdb.Close()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if n, _ := rdb.LLen(context.Background(), "golock_line:stock:{"+e.sku+"}").Result(); n > 0 {
+		if n, _ := rdb.LLen(context.Background(), "golock_line:"+skulock.Name(e.sku)).Result(); n > 0 {
 			return
 		}
 		if time.Now().After(deadline) {

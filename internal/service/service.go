@@ -58,6 +58,11 @@ var (
 	ErrDuplicateKey = &Error{msg: "service: duplicate idempotency key"}
 )
 
+// ErrLockNotObtained is the Locker's answer when the SKU lock was not had
+// within the wait; the service turns it into ErrBusy (or ErrUnavailable
+// when the request's context ended).
+var ErrLockNotObtained = errors.New("service: SKU lock not obtained in time")
+
 // LimitError is an order refused by the SKU's per-buyer limit.
 type LimitError struct {
 	Limit     int64 // units one buyer may hold

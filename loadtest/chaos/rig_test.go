@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
@@ -226,8 +227,8 @@ func (r *rig) eventsOf(match func(driver.Event) bool) []driver.Event {
 	return out
 }
 
-// lockKey is the SKU lock of the service (service.RedisLocker).
-func (r *rig) lockKey() string { return "stock:{" + r.sku + "}" }
+// lockKey is the SKU lock of the service.
+func (r *rig) lockKey() string { return skulock.Name(r.sku) }
 
 // lockFields returns the owner fields of the SKU lock (none: not held).
 func (r *rig) lockFields(ctx context.Context) []string {

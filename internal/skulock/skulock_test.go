@@ -1,0 +1,43 @@
+package skulock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/lock"
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/testserver"
+)
+
+// The adapter takes the SKU's lock under Name, and a wait that runs out is
+// the service's ErrLockNotObtained (still lock.ErrNotObtained beneath).
+func TestRedisLocker(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
+	defer rdb.Close()
+	c := lock.New(rdb)
+	defer c.Close()
+	l := skulock.Redis{Client: c}
+	ctx := context.Background()
+	sku := "skulock-" + time.Now().Format("150405.000000")
+	h, err := l.TryLock(ctx, sku, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, skulock.Name(sku)).Result(); n != 1 {
+		t.Fatalf("no key %s while the lock is held", skulock.Name(sku))
+	}
+	other := lock.New(rdb)
+	defer other.Close()
+	_, err = skulock.Redis{Client: other}.TryLock(ctx, sku, 50*time.Millisecond, 0)
+	if !errors.Is(err, service.ErrLockNotObtained) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held SKU = %v; want service.ErrLockNotObtained wrapping lock.ErrNotObtained", err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
