@@ -1,252 +1,105 @@
 // Package service is the order flow of the stock service: validation,
 // idempotency, the sold-out short-circuit, the per-SKU Redis lock and the
 // database write of each strategy. It declares the small interfaces it needs
-// from the store and the lock; internal/repo and internal/lock implement them.
+// from the store and the lock; internal/repo and internal/skulock implement them.
+//
+// The files: service.go (Config, Service, New), strategy.go (the strategy
+// table), place.go (Place, the order flow), write.go (the strategies'
+// writes), locking.go (the SKU lock), combine.go and line.go (request
+// combining), redisdown.go (the DB-only switch), soldout.go (the sold-out
+// fast path), flight.go (one attempt per key), read.go, restock.go, store.go
+// (the Store contract) and errors.go.
 package service
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"regexp"
+	"log/slog"
+	"sync/atomic"
 	"time"
+
+	"github.com/seckill/stock/internal/metrics"
 )
 
-// Error is the type of every error of the service contract below, so a
-// caller can tell them from any other error (IsError) without a list that
-// could drift: a new one is covered by being declared here.
-type Error struct{ msg string }
-
-func (e *Error) Error() string { return e.msg }
-
-// IsError reports whether err is, or wraps, one of the service's errors.
-func IsError(err error) bool {
-	var e *Error
-	return errors.As(err, &e)
+// Config configures a Service.
+type Config struct {
+	Strategy          Strategy
+	LockWait          time.Duration // longest wait for the SKU lock before ErrBusy
+	LockLease         time.Duration // 0: watchdog; > 0: fixed lease
+	RejectOnRedisDown bool          // true: ErrUnavailable when Redis is down; false: DB-only path
+	MaxQuantity       int           // largest quantity of one order (default 100)
+	// VersionRetries bounds the new transactions after a version conflict
+	// (default 3 under the lock, 20 for the lock-free version strategy).
+	VersionRetries int
+	// BatchMax is the most orders of one SKU that lock+version places in one
+	// transaction under one lock (request combining); <= 1 turns it off.
+	BatchMax int
+	// QueueMax caps the orders of one SKU in progress at this instance
+	// under the locking strategies (pre-check, line, batch); past it an order
+	// is answered ErrBusy at once, touching neither Redis nor MySQL (default 2000).
+	QueueMax int
+	// SoldOutTTL is how long an instance answers a sold-out SKU's orders
+	// from memory once MySQL said it is sold out (the sold-out fast path),
+	// and so the longest a restock through another instance can go unseen
+	// here when its Events message is lost; default 1s, < 0 turns the fast
+	// path off.
+	SoldOutTTL time.Duration
+	// Events, when set, tells the other instances of every stock change
+	// (SetStock publishes after the write); the wiring hands the changes it
+	// receives to StockChanged. Nil: other instances see a restock when
+	// their sold-out entry expires (SoldOutTTL).
+	Events StockEvents
+	// WriteTimeout bounds an order's database work, from when the write
+	// starts (after any wait in line or for the lock); default 10s.
+	WriteTimeout time.Duration
+	// CriticalSectionHook, if set, runs inside the transaction just before
+	// COMMIT. Tests and fault runs use it to land a pause in the critical section.
+	CriticalSectionHook func()
 }
 
-// Errors of the service contract. The handler maps each to one HTTP status.
-var (
-	// ErrInvalid is wrapped by every validation error; the message says which field.
-	ErrInvalid = &Error{msg: "service: invalid input"}
-	// ErrUnknownSKU: no stock row for the SKU.
-	ErrUnknownSKU = &Error{msg: "service: unknown sku"}
-	// ErrOrderNotFound: no order with that id or key.
-	ErrOrderNotFound = &Error{msg: "service: order not found"}
-	// ErrSoldOut: available < quantity.
-	ErrSoldOut = &Error{msg: "service: sold out"}
-	// ErrLimitExceeded: the order would take the buyer past the SKU's
-	// per-buyer limit; errors.As to *LimitError for the allowance left.
-	ErrLimitExceeded = &Error{msg: "service: per-buyer limit exceeded"}
-	// ErrKeyReused: the idempotency key already placed an order with another body.
-	ErrKeyReused = &Error{msg: "service: idempotency key reused with a different request"}
-	// ErrInProgress: another request with the same idempotency key is still
-	// being served at this instance; retry with the same key.
-	ErrInProgress = &Error{msg: "service: a request with this idempotency key is in progress"}
-	// ErrBusy: the SKU lock, or a conflict-free write, could not be had in time.
-	ErrBusy = &Error{msg: "service: busy, retry later"}
-	// ErrUnavailable: Redis (in reject mode) or MySQL is unreachable.
-	ErrUnavailable = &Error{msg: "service: dependency unavailable"}
-	// ErrLockLost: the SKU lock was lost before commit; nothing was written.
-	ErrLockLost = &Error{msg: "service: lock lost before commit, order not placed"}
+// DefaultQueueMax is Config.QueueMax's default.
+const DefaultQueueMax = 2000
 
-	// ErrConflict is returned by Store.Deduct when a versioned UPDATE matched
-	// no row: the version moved, so someone wrote without (or despite) the lock.
-	ErrConflict = &Error{msg: "service: version conflict"}
-	// ErrDuplicateKey is returned by Store.Deduct when the idempotency key is
-	// already taken (a concurrent replay).
-	ErrDuplicateKey = &Error{msg: "service: duplicate idempotency key"}
-)
+// Service places orders. It is safe for concurrent use.
+type Service struct {
+	cfg     Config
+	store   Store
+	locks   Locker
+	log     *slog.Logger
+	metrics *metrics.Metrics
 
-// ErrLockNotObtained is the Locker's answer when the SKU lock was not had
-// within the wait; the service turns it into ErrBusy (or ErrUnavailable
-// when the request's context ended).
-var ErrLockNotObtained = errors.New("service: SKU lock not obtained in time")
+	lines   *lines
+	flights flights
+	soldOut *soldOut // nil: no fast path
 
-// LimitError is an order refused by the SKU's per-buyer limit.
-type LimitError struct {
-	Limit     int64 // units one buyer may hold
-	Held      int64 // units the buyer holds already
-	Requested int64
+	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
+	redisDown      atomic.Bool  // for logging once per outage
 }
 
-// Remaining is what the buyer may still order.
-func (e *LimitError) Remaining() int64 { return max(0, e.Limit-e.Held) }
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("%v: the limit is %d per buyer, %d held, %d requested", ErrLimitExceeded, e.Limit, e.Held, e.Requested)
-}
-
-func (e *LimitError) Unwrap() error { return ErrLimitExceeded }
-
-// Order is a placed order.
-type Order struct {
-	ID          int64     `json:"id"`
-	Buyer       string    `json:"buyer"`
-	Key         string    `json:"idempotency_key"`
-	SKU         string    `json:"sku"`
-	Quantity    int       `json:"quantity"`
-	Fence       *int64    `json:"fence,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	RequestHash string    `json:"-"`
-}
-
-// Stock is the stock row of a SKU.
-type Stock struct {
-	SKU           string `json:"sku"`
-	Available     int64  `json:"available"`
-	Sold          int64  `json:"sold"`
-	Version       int64  `json:"version"`
-	PerBuyerLimit int64  `json:"per_buyer_limit"` // 0: no limit
-}
-
-// Audit is the reconciliation of one SKU, from the stock row, the orders and
-// the ledger.
-type Audit struct {
-	SKU             string   `json:"sku"`
-	Available       int64    `json:"available"`
-	Sold            int64    `json:"sold"`
-	Stocked         int64    `json:"stocked"`
-	Orders          int64    `json:"orders"`
-	OrderedQuantity int64    `json:"ordered_quantity"`
-	DistinctKeys    int64    `json:"distinct_keys"`
-	PerBuyerLimit   int64    `json:"per_buyer_limit"`
-	MaxBuyerHolds   int64    `json:"max_buyer_holds"`       // most units one buyer holds
-	BuyersOverLimit int64    `json:"buyers_over_limit"`     // buyers holding more than the limit
-	LedgerMismatch  int64    `json:"buyer_ledger_mismatch"` // buyers whose purchase row disagrees with their orders
-	LedgerRestocked int64    `json:"ledger_restocked"`
-	LedgerSold      int64    `json:"ledger_sold"`
-	Oversold        int64    `json:"oversold"`
-	Consistent      bool     `json:"consistent"`
-	Problems        []string `json:"problems"`
-}
-
-// Check fills Oversold, Consistent and Problems from the counts.
-func (a *Audit) Check() {
-	a.Problems = a.Problems[:0]
-	add := func(format string, args ...any) { a.Problems = append(a.Problems, fmt.Sprintf(format, args...)) }
-	a.Oversold = max(0, a.OrderedQuantity-a.Stocked)
-	if a.Oversold > 0 {
-		add("oversold by %d: orders hold %d units, %d were stocked", a.Oversold, a.OrderedQuantity, a.Stocked)
+// New returns a Service. locks may be nil for the strategies without a lock.
+func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Metrics) *Service {
+	if cfg.MaxQuantity <= 0 {
+		cfg.MaxQuantity = 100
 	}
-	if a.Available < 0 {
-		add("available %d < 0", a.Available)
+	if cfg.VersionRetries <= 0 {
+		cfg.VersionRetries = cfg.Strategy.Info().Retries
 	}
-	if a.Sold != a.OrderedQuantity {
-		add("sold %d != sum of order quantities %d", a.Sold, a.OrderedQuantity)
+	if cfg.QueueMax <= 0 {
+		cfg.QueueMax = DefaultQueueMax
 	}
-	if a.Available+a.Sold != a.Stocked {
-		add("available %d + sold %d != stocked %d", a.Available, a.Sold, a.Stocked)
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
 	}
-	if a.LedgerRestocked != a.Stocked || a.LedgerSold != a.OrderedQuantity {
-		add("ledger (restocked %d, sold %d) disagrees with stocked %d and orders %d",
-			a.LedgerRestocked, a.LedgerSold, a.Stocked, a.OrderedQuantity)
+	if cfg.SoldOutTTL == 0 {
+		cfg.SoldOutTTL = time.Second
 	}
-	if a.DistinctKeys != a.Orders {
-		add("%d orders share %d (buyer, idempotency key) pairs", a.Orders, a.DistinctKeys)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if a.BuyersOverLimit > 0 {
-		add("%d buyers hold more than the limit of %d (the most: %d)", a.BuyersOverLimit, a.PerBuyerLimit, a.MaxBuyerHolds)
+	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m,
+		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
+	if cfg.SoldOutTTL > 0 {
+		s.soldOut = newSoldOut(cfg.SoldOutTTL)
 	}
-	if a.LedgerMismatch > 0 {
-		add("%d buyers' purchase rows disagree with their orders", a.LedgerMismatch)
-	}
-	a.Consistent = len(a.Problems) == 0
+	return s
 }
 
-// Write says how Store.Deduct guards the stock row.
-type Write int
-
-const (
-	// WritePlain reads, checks and writes absolute values: no guard at all.
-	WritePlain Write = iota
-	// WriteVersioned ends with UPDATE ... WHERE version = ? AND available >= ?.
-	WriteVersioned
-	// WriteConditional ends with UPDATE ... WHERE available >= ?.
-	WriteConditional
-	// WriteForUpdate reads the row with SELECT ... FOR UPDATE first.
-	WriteForUpdate
-)
-
-// Deduction is one attempt, in one transaction, to place an order.
-type Deduction struct {
-	Buyer       string
-	Key         string
-	RequestHash string
-	SKU         string
-	Quantity    int
-	Write       Write
-	Fence       *int64
-	// BeforeCommit, if set, runs after the last statement and before COMMIT;
-	// an error from it rolls the transaction back and is returned.
-	BeforeCommit func() error
-}
-
-// BatchItem is one order of a Batch.
-type BatchItem struct {
-	Buyer       string
-	Key         string
-	RequestHash string
-	Quantity    int
-}
-
-// Batch is several orders of one SKU, placed in one transaction under the lock.
-type Batch struct {
-	SKU   string
-	Items []BatchItem
-	Fence int64
-	// BeforeCommit runs before COMMIT; an error rolls everything back.
-	BeforeCommit func() error
-}
-
-// StockEvents tells the other instances that a SKU's stock changed, so
-// their sold-out fast path forgets it (Redis pub/sub in stock serve).
-type StockEvents interface {
-	StockChanged(ctx context.Context, sku string) error
-}
-
-// BuyerKey is a buyer's idempotency key.
-type BuyerKey struct{ Buyer, Key string }
-
-// Store is what the service needs from the database.
-type Store interface {
-	// OrderByKey returns the buyer's order of an idempotency key, or ErrOrderNotFound.
-	OrderByKey(ctx context.Context, buyer, key string) (Order, error)
-	// Order returns an order by id, or ErrOrderNotFound.
-	Order(ctx context.Context, id int64) (Order, error)
-	// Orders returns the buyer's orders of sku ("" for all) with ids below
-	// before (0: from the newest), newest first, at most limit.
-	Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error)
-	// Stock returns the stock row, or ErrUnknownSKU.
-	Stock(ctx context.Context, sku string) (Stock, error)
-	// Precheck returns the stock row and the buyer's order of key, if any,
-	// read in one snapshot; ErrUnknownSKU for an unknown SKU.
-	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)
-	// SoldOutKeys reads in one snapshot whether sku is sold out and, if so,
-	// the buyer and key of each of its orders; complete is false when it is
-	// not sold out or has more than max orders.
-	SoldOutKeys(ctx context.Context, sku string, max int) (keys []BuyerKey, complete bool, err error)
-	// SetStock creates the SKU or sets its available count and per-buyer
-	// limit, with a ledger entry when the count changes.
-	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error)
-	// Audit reconciles one SKU, or returns ErrUnknownSKU.
-	Audit(ctx context.Context, sku string) (Audit, error)
-	// Deduct places an order in one transaction. It returns ErrSoldOut,
-	// a *LimitError, ErrUnknownSKU, ErrConflict, ErrDuplicateKey,
-	// ErrUnavailable, or the error of BeforeCommit.
-	Deduct(ctx context.Context, d Deduction) (Order, error)
-	// DeductBatch places the batch's orders in one transaction, filled in
-	// order while stock lasts, ending with one versioned UPDATE. Per item it
-	// returns the order, or ErrSoldOut, a *LimitError or ErrDuplicateKey for
-	// that item. Its
-	// error (ErrConflict, ErrUnknownSKU, ErrUnavailable, or BeforeCommit's)
-	// means nothing was written.
-	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)
-}
-
-var (
-	tokenRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-)
-
-// ValidKey reports whether s is a valid Idempotency-Key or SKU: 1-64 of [A-Za-z0-9._:-].
-func ValidKey(s string) bool { return tokenRE.MatchString(s) }
+func (s *Service) usesLock() bool { return s.cfg.Strategy.Info().UsesLock }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // Request combining for lock+version. Orders of one SKU that arrive at an
@@ -22,17 +21,17 @@ func errLineFull(max int) error {
 	return fmt.Errorf("%w: more than %d orders of this SKU are waiting at this instance", ErrBusy, max)
 }
 
-// combined places d through the SKU's line of orders and returns its own
+// placeCombined places d through the SKU's line of orders and returns its own
 // outcome. A request whose client gives up while it is still in line (not
 // yet in a batch) leaves the line.
-func (s *Service) combined(ctx context.Context, d Deduction) (Order, error) {
+func (s *Service) placeCombined(ctx context.Context, d Deduction) (Order, error) {
 	c := &call{ctx: ctx, d: d, done: make(chan struct{})}
 	ok, lead := s.lines.join(d.SKU, c, s.cfg.QueueMax)
 	if !ok {
 		return Order{}, errLineFull(s.cfg.QueueMax)
 	}
 	if lead {
-		s.lead(d.SKU)
+		s.serveLine(d.SKU)
 	}
 	select {
 	case <-c.done:
@@ -46,20 +45,20 @@ func (s *Service) combined(ctx context.Context, d Deduction) (Order, error) {
 	return c.o, c.err
 }
 
-// lead serves one batch of the SKU's line, then hands the line to a new
+// serveLine serves one batch of the SKU's line, then hands the line to a new
 // leader goroutine (so no request waits for batches after its own). The
 // leader that finds the line empty ends the SKU's turn.
-func (s *Service) lead(sku string) {
+func (s *Service) serveLine(sku string) {
 	batch := s.lines.take(sku, s.cfg.BatchMax)
 	if batch == nil {
 		return
 	}
 	s.runBatch(sku, batch)
-	go s.lead(sku)
+	go s.serveLine(sku)
 }
 
-// alone places d as a batch of its own (request combining off).
-func (s *Service) alone(ctx context.Context, d Deduction) (Order, error) {
+// placeAlone places d as a batch of its own (request combining off).
+func (s *Service) placeAlone(ctx context.Context, d Deduction) (Order, error) {
 	if !s.lines.enter(d.SKU, s.cfg.QueueMax) {
 		return Order{}, errLineFull(s.cfg.QueueMax)
 	}
@@ -92,7 +91,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 	}
 	if s.skipLock() {
-		each(func(c *call) (Order, error) { return s.withoutRedis(c.ctx, c.d, nil) })
+		each(func(c *call) (Order, error) { return s.placeWithoutRedis(c.ctx, c.d, nil) })
 		return
 	}
 
@@ -106,7 +105,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	var down redisDown
 	switch {
 	case errors.As(err, &down):
-		each(func(c *call) (Order, error) { return s.withoutRedis(c.ctx, c.d, down.err) })
+		each(func(c *call) (Order, error) { return s.placeWithoutRedis(c.ctx, c.d, down.err) })
 		return
 	case err != nil:
 		fail(err)
@@ -150,51 +149,5 @@ func (s *Service) runBatch(sku string, batch []*call) {
 			close(c.done)
 		}
 		return
-	}
-}
-
-// heldLock is a held SKU lock and when it was taken.
-type heldLock struct {
-	Hold
-	sku string
-	at  time.Time
-}
-
-// redisDown wraps the error of a lock that could not be asked for.
-type redisDown struct{ err error }
-
-func (e redisDown) Error() string { return "service: redis unreachable: " + e.err.Error() }
-func (e redisDown) Unwrap() error { return e.err }
-
-// takeLock takes the SKU lock within LockWait, counting the outcome. It
-// returns ErrBusy (wait ran out), ErrUnavailable (ctx ended) or a redisDown.
-func (s *Service) takeLock(ctx context.Context, sku string) (*heldLock, error) {
-	start := time.Now()
-	h, err := s.locks.TryLock(ctx, sku, s.cfg.LockWait, s.cfg.LockLease)
-	wait := time.Since(start)
-	switch {
-	case errors.Is(err, ErrLockNotObtained):
-		s.metrics.Lock("timeout", wait)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-		}
-		return nil, fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
-	case err != nil:
-		s.metrics.Lock("error", wait)
-		return nil, redisDown{err}
-	}
-	s.metrics.Lock("acquired", wait)
-	s.redisUp()
-	return &heldLock{Hold: h, sku: sku, at: time.Now()}, nil
-}
-
-// releaseLock unlocks on a context of its own, so a cancelled request does
-// not leave the lock held.
-func (s *Service) releaseLock(h *heldLock) {
-	s.metrics.Held(time.Since(h.at))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := h.Unlock(ctx); err != nil {
-		s.log.Warn("unlock failed", "sku", h.sku, "err", err)
 	}
 }

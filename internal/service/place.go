@@ -1,0 +1,208 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// Placing an order: validation, the per-SKU cap, one attempt per key, the
+// sold-out fast path, the pre-check, the strategy's write, and the answer to a
+// replay, a sold-out or a duplicate.
+
+var (
+	tokenRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+)
+
+// ValidKey reports whether s is a valid Idempotency-Key or SKU: 1-64 of [A-Za-z0-9._:-].
+func ValidKey(s string) bool { return tokenRE.MatchString(s) }
+
+// PlaceRequest is one order request.
+type PlaceRequest struct {
+	Buyer    string // the authenticated buyer (the token's sub)
+	Key      string
+	SKU      string
+	Quantity int
+}
+
+// Hash identifies the request's content, so a replay can be told from a
+// reuse of its key.
+func (r PlaceRequest) Hash() string {
+	sum := sha256.Sum256([]byte(r.SKU + "\x00" + strconv.Itoa(r.Quantity)))
+	return hex.EncodeToString(sum[:])
+}
+
+// Validate returns an error wrapping ErrInvalid naming the bad field.
+func (s *Service) Validate(r PlaceRequest) error {
+	switch {
+	case r.Buyer == "" || len(r.Buyer) > MaxBuyerLen:
+		return fmt.Errorf("%w: the buyer must be 1-%d bytes", ErrInvalid, MaxBuyerLen)
+	case !ValidKey(r.Key):
+		return fmt.Errorf("%w: Idempotency-Key must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	case !ValidKey(r.SKU):
+		return fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	case r.Quantity < 1 || r.Quantity > s.cfg.MaxQuantity:
+		return fmt.Errorf("%w: quantity must be an integer from 1 to %d", ErrInvalid, s.cfg.MaxQuantity)
+	}
+	return nil
+}
+
+// Place places an order, or returns the order already placed with the same
+// key and request (replayed = true). Errors: ErrInvalid, ErrUnknownSKU,
+// ErrSoldOut, ErrKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
+func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed bool, err error) {
+	defer func() { s.metrics.Order(orderResult(replayed, err)) }()
+	if err := s.Validate(r); err != nil {
+		return Order{}, false, err
+	}
+	hash := r.Hash()
+	// The per-SKU cap first, before any work: past QueueMax requests of this
+	// SKU here, answer at once (the locking strategies; the others have no
+	// line, and MySQL's pool bounds them).
+	if s.usesLock() {
+		if !s.lines.admit(r.SKU, s.cfg.QueueMax) {
+			return Order{}, false, errLineFull(s.cfg.QueueMax)
+		}
+		defer s.lines.release(r.SKU)
+	}
+	// One attempt per key at a time in this instance: a retry whose first
+	// attempt is still in line waits for it, so it is never told "sold out"
+	// while that attempt can still be placed (by a restock, say).
+	done, err := s.flights.begin(ctx, r.Buyer+"\x00"+r.Key)
+	if err != nil {
+		return Order{}, false, err
+	}
+	defer done()
+	// A SKU known sold out answers a key that had no order then from memory.
+	if s.soldOut.soldOutFor(r.SKU, r.Buyer, r.Key) {
+		return Order{}, false, ErrSoldOut
+	}
+	if !s.batchesCheck() {
+		// The stock row and the key's order, in one statement (one
+		// snapshot): an order of this key committed before the read is
+		// always seen, so a retry whose first attempt took the last unit
+		// gets its order back, not a 409.
+		st, prev, err := s.store.Precheck(ctx, r.SKU, r.Buyer, r.Key)
+		if err != nil {
+			return Order{}, false, err
+		}
+		if prev != nil {
+			return replay(*prev, hash)
+		}
+		// Sold-out traffic must not queue behind the lock.
+		if st.Available < int64(r.Quantity) {
+			if st.Available == 0 {
+				s.learnSoldOut(ctx, r.SKU)
+			}
+			return Order{}, false, ErrSoldOut
+		}
+	}
+
+	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
+	switch s.cfg.Strategy {
+	case StrategyNone, StrategyConditional, StrategyForUpdate:
+		d.Write = s.cfg.Strategy.Info().Write
+		o, err = s.deductNow(ctx, d)
+	case StrategyVersion:
+		d.Write = WriteVersioned
+		o, err = s.placeVersioned(ctx, d)
+	case StrategyLockVersion:
+		if s.cfg.BatchMax > 1 {
+			o, err = s.placeCombined(ctx, d)
+			break
+		}
+		o, err = s.placeAlone(ctx, d)
+	case StrategyLock:
+		o, err = s.placeUnderLock(ctx, d)
+	default:
+		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
+	}
+	if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrLimitExceeded) {
+		// A concurrent request with the same key won the insert, or (sold
+		// out, over the limit) an earlier attempt of this key may have taken
+		// the last unit or allowance and committed while this one waited, or
+		// before it (the batch path has no pre-check). The lookup has a
+		// bound of its own: the write's may have run out while this request
+		// waited in line.
+		lctx, cancel := s.writeCtx(ctx)
+		defer cancel()
+		existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)
+		switch {
+		case ferr == nil:
+			return replay(existing, hash)
+		case errors.Is(err, ErrSoldOut) && errors.Is(ferr, ErrOrderNotFound):
+			s.learnSoldOut(ctx, r.SKU)
+			return Order{}, false, ErrSoldOut
+		case errors.Is(err, ErrLimitExceeded) && errors.Is(ferr, ErrOrderNotFound):
+			return Order{}, false, err
+		case errors.Is(ferr, ErrOrderNotFound):
+			// The key's other order was rolled back after all: retryable.
+			return Order{}, false, fmt.Errorf("%w: a concurrent request with this key did not finish", ErrBusy)
+		}
+		return Order{}, false, ferr
+	}
+	if err != nil {
+		return Order{}, false, err
+	}
+	return o, false, nil
+}
+
+// batchesCheck reports whether the order skips the pre-check read and goes
+// straight to the line: under combined lock+version the batch reads the
+// stock row and the batch's keys itself (one read for up to BatchMax
+// orders instead of one each), a key with an order comes back as a
+// duplicate and is answered as a replay, and sold-out traffic is kept out
+// of the line by the sold-out fast path, learnt from the first sold-out
+// answer. Without the fast path the pre-check keeps sold-out traffic out.
+func (s *Service) batchesCheck() bool {
+	return s.cfg.Strategy == StrategyLockVersion && s.cfg.BatchMax > 1 && s.soldOut != nil
+}
+
+// learnSoldOut loads the sold-out fast path's entry of sku after MySQL
+// answered "sold out" (it keeps it only if the SKU has nothing left).
+func (s *Service) learnSoldOut(ctx context.Context, sku string) {
+	lctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	s.soldOut.load(lctx, s.store, sku)
+}
+
+// writeCtx bounds a write that starts now. Once a write starts it finishes,
+// even if the client hangs up: a half-done order helps no one, and the
+// client's retry with the same key then gets the committed order back.
+func (s *Service) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+}
+
+func replay(o Order, hash string) (Order, bool, error) {
+	if o.RequestHash != hash {
+		return Order{}, false, ErrKeyReused
+	}
+	return o, true, nil
+}
+
+func orderResult(replayed bool, err error) string {
+	switch {
+	case err == nil && replayed:
+		return "replayed"
+	case err == nil:
+		return "created"
+	case errors.Is(err, ErrSoldOut):
+		return "sold_out"
+	case errors.Is(err, ErrLimitExceeded):
+		return "limit_exceeded"
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrInProgress):
+		return "busy"
+	case errors.Is(err, ErrLockLost):
+		return "lock_lost"
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrKeyReused), errors.Is(err, ErrUnknownSKU):
+		return "rejected"
+	}
+	return "error"
+}
+
+// MaxBuyerLen bounds a buyer id (a token's sub).
+const MaxBuyerLen = 128

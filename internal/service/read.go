@@ -1,0 +1,53 @@
+package service
+
+import (
+	"context"
+	"fmt"
+)
+
+// Reads: an order, a buyer's orders, a SKU's stock and its audit.
+
+// Order returns an order by id if buyer placed it; buyer "" (the admin) may
+// read any. It returns ErrOrderNotFound for an order of another buyer, so
+// ids tell others nothing.
+func (s *Service) Order(ctx context.Context, buyer string, id int64) (Order, error) {
+	o, err := s.store.Order(ctx, id)
+	if err == nil && buyer != "" && o.Buyer != buyer {
+		return Order{}, ErrOrderNotFound
+	}
+	return o, err
+}
+
+// MaxPage is the most orders one page of Orders returns.
+const MaxPage = 100
+
+// Orders returns a page of the buyer's own orders, of sku if not "", newest
+// first, with ids below before (0: the newest). Errors: ErrInvalid, ErrUnavailable.
+func (s *Service) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error) {
+	if sku != "" && !ValidKey(sku) {
+		return nil, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	if limit < 1 || limit > MaxPage {
+		return nil, fmt.Errorf("%w: limit must be an integer from 1 to %d", ErrInvalid, MaxPage)
+	}
+	if before < 0 {
+		return nil, fmt.Errorf("%w: the cursor is not valid", ErrInvalid)
+	}
+	return s.store.Orders(ctx, buyer, sku, before, limit)
+}
+
+// Stock returns a SKU's stock, or ErrInvalid / ErrUnknownSKU.
+func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
+	if !ValidKey(sku) {
+		return Stock{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	return s.store.Stock(ctx, sku)
+}
+
+// Audit reconciles a SKU. Errors: ErrInvalid, ErrUnknownSKU, ErrUnavailable.
+func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
+	if !ValidKey(sku) {
+		return Audit{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	return s.store.Audit(ctx, sku)
+}

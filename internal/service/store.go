@@ -1,0 +1,174 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// What the service needs from the database, and the values it trades with it.
+
+// Order is a placed order.
+type Order struct {
+	ID          int64     `json:"id"`
+	Buyer       string    `json:"buyer"`
+	Key         string    `json:"idempotency_key"`
+	SKU         string    `json:"sku"`
+	Quantity    int       `json:"quantity"`
+	Fence       *int64    `json:"fence,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	RequestHash string    `json:"-"`
+}
+
+// Stock is the stock row of a SKU.
+type Stock struct {
+	SKU           string `json:"sku"`
+	Available     int64  `json:"available"`
+	Sold          int64  `json:"sold"`
+	Version       int64  `json:"version"`
+	PerBuyerLimit int64  `json:"per_buyer_limit"` // 0: no limit
+}
+
+// Audit is the reconciliation of one SKU, from the stock row, the orders and
+// the ledger.
+type Audit struct {
+	SKU             string   `json:"sku"`
+	Available       int64    `json:"available"`
+	Sold            int64    `json:"sold"`
+	Stocked         int64    `json:"stocked"`
+	Orders          int64    `json:"orders"`
+	OrderedQuantity int64    `json:"ordered_quantity"`
+	DistinctKeys    int64    `json:"distinct_keys"`
+	PerBuyerLimit   int64    `json:"per_buyer_limit"`
+	MaxBuyerHolds   int64    `json:"max_buyer_holds"`       // most units one buyer holds
+	BuyersOverLimit int64    `json:"buyers_over_limit"`     // buyers holding more than the limit
+	LedgerMismatch  int64    `json:"buyer_ledger_mismatch"` // buyers whose purchase row disagrees with their orders
+	LedgerRestocked int64    `json:"ledger_restocked"`
+	LedgerSold      int64    `json:"ledger_sold"`
+	Oversold        int64    `json:"oversold"`
+	Consistent      bool     `json:"consistent"`
+	Problems        []string `json:"problems"`
+}
+
+// Check fills Oversold, Consistent and Problems from the counts.
+func (a *Audit) Check() {
+	a.Problems = a.Problems[:0]
+	add := func(format string, args ...any) { a.Problems = append(a.Problems, fmt.Sprintf(format, args...)) }
+	a.Oversold = max(0, a.OrderedQuantity-a.Stocked)
+	if a.Oversold > 0 {
+		add("oversold by %d: orders hold %d units, %d were stocked", a.Oversold, a.OrderedQuantity, a.Stocked)
+	}
+	if a.Available < 0 {
+		add("available %d < 0", a.Available)
+	}
+	if a.Sold != a.OrderedQuantity {
+		add("sold %d != sum of order quantities %d", a.Sold, a.OrderedQuantity)
+	}
+	if a.Available+a.Sold != a.Stocked {
+		add("available %d + sold %d != stocked %d", a.Available, a.Sold, a.Stocked)
+	}
+	if a.LedgerRestocked != a.Stocked || a.LedgerSold != a.OrderedQuantity {
+		add("ledger (restocked %d, sold %d) disagrees with stocked %d and orders %d",
+			a.LedgerRestocked, a.LedgerSold, a.Stocked, a.OrderedQuantity)
+	}
+	if a.DistinctKeys != a.Orders {
+		add("%d orders share %d (buyer, idempotency key) pairs", a.Orders, a.DistinctKeys)
+	}
+	if a.BuyersOverLimit > 0 {
+		add("%d buyers hold more than the limit of %d (the most: %d)", a.BuyersOverLimit, a.PerBuyerLimit, a.MaxBuyerHolds)
+	}
+	if a.LedgerMismatch > 0 {
+		add("%d buyers' purchase rows disagree with their orders", a.LedgerMismatch)
+	}
+	a.Consistent = len(a.Problems) == 0
+}
+
+// Write says how Store.Deduct guards the stock row.
+type Write int
+
+const (
+	// WritePlain reads, checks and writes absolute values: no guard at all.
+	WritePlain Write = iota
+	// WriteVersioned ends with UPDATE ... WHERE version = ? AND available >= ?.
+	WriteVersioned
+	// WriteConditional ends with UPDATE ... WHERE available >= ?.
+	WriteConditional
+	// WriteForUpdate reads the row with SELECT ... FOR UPDATE first.
+	WriteForUpdate
+)
+
+// Deduction is one attempt, in one transaction, to place an order.
+type Deduction struct {
+	Buyer       string
+	Key         string
+	RequestHash string
+	SKU         string
+	Quantity    int
+	Write       Write
+	Fence       *int64
+	// BeforeCommit, if set, runs after the last statement and before COMMIT;
+	// an error from it rolls the transaction back and is returned.
+	BeforeCommit func() error
+}
+
+// BatchItem is one order of a Batch.
+type BatchItem struct {
+	Buyer       string
+	Key         string
+	RequestHash string
+	Quantity    int
+}
+
+// Batch is several orders of one SKU, placed in one transaction under the lock.
+type Batch struct {
+	SKU   string
+	Items []BatchItem
+	Fence int64
+	// BeforeCommit runs before COMMIT; an error rolls everything back.
+	BeforeCommit func() error
+}
+
+// StockEvents tells the other instances that a SKU's stock changed, so
+// their sold-out fast path forgets it (Redis pub/sub in stock serve).
+type StockEvents interface {
+	StockChanged(ctx context.Context, sku string) error
+}
+
+// BuyerKey is a buyer's idempotency key.
+type BuyerKey struct{ Buyer, Key string }
+
+// Store is what the service needs from the database.
+type Store interface {
+	// OrderByKey returns the buyer's order of an idempotency key, or ErrOrderNotFound.
+	OrderByKey(ctx context.Context, buyer, key string) (Order, error)
+	// Order returns an order by id, or ErrOrderNotFound.
+	Order(ctx context.Context, id int64) (Order, error)
+	// Orders returns the buyer's orders of sku ("" for all) with ids below
+	// before (0: from the newest), newest first, at most limit.
+	Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error)
+	// Stock returns the stock row, or ErrUnknownSKU.
+	Stock(ctx context.Context, sku string) (Stock, error)
+	// Precheck returns the stock row and the buyer's order of key, if any,
+	// read in one snapshot; ErrUnknownSKU for an unknown SKU.
+	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)
+	// SoldOutKeys reads in one snapshot whether sku is sold out and, if so,
+	// the buyer and key of each of its orders; complete is false when it is
+	// not sold out or has more than max orders.
+	SoldOutKeys(ctx context.Context, sku string, max int) (keys []BuyerKey, complete bool, err error)
+	// SetStock creates the SKU or sets its available count and per-buyer
+	// limit, with a ledger entry when the count changes.
+	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error)
+	// Audit reconciles one SKU, or returns ErrUnknownSKU.
+	Audit(ctx context.Context, sku string) (Audit, error)
+	// Deduct places an order in one transaction. It returns ErrSoldOut,
+	// a *LimitError, ErrUnknownSKU, ErrConflict, ErrDuplicateKey,
+	// ErrUnavailable, or the error of BeforeCommit.
+	Deduct(ctx context.Context, d Deduction) (Order, error)
+	// DeductBatch places the batch's orders in one transaction, filled in
+	// order while stock lasts, ending with one versioned UPDATE. Per item it
+	// returns the order, or ErrSoldOut, a *LimitError or ErrDuplicateKey for
+	// that item. Its
+	// error (ErrConflict, ErrUnknownSKU, ErrUnavailable, or BeforeCommit's)
+	// means nothing was written.
+	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)
+}

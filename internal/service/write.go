@@ -1,0 +1,61 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// The database writes of the strategies: one transaction, and the versioned
+// UPDATE retried in new transactions.
+
+// deductNow runs one transaction, bounded from now.
+func (s *Service) deductNow(ctx context.Context, d Deduction) (Order, error) {
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	return s.deduct(wctx, d)
+}
+
+func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
+	if h := s.cfg.CriticalSectionHook; h != nil {
+		before := d.BeforeCommit
+		d.BeforeCommit = func() error {
+			h()
+			if before != nil {
+				return before()
+			}
+			return nil
+		}
+	}
+	return s.store.Deduct(ctx, d)
+}
+
+// placeVersioned runs the versioned UPDATE, retrying each conflict in a NEW
+// transaction: under REPEATABLE READ a retry in the same one would re-read
+// its old snapshot and could never succeed.
+func (s *Service) placeVersioned(ctx context.Context, d Deduction) (Order, error) {
+	ctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		o, err := s.deduct(ctx, d)
+		if !errors.Is(err, ErrConflict) {
+			return o, err
+		}
+		s.metrics.Conflict(string(s.cfg.Strategy))
+		if attempt >= s.cfg.VersionRetries {
+			return Order{}, fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, attempt+1)
+		}
+		if s.cfg.Strategy == StrategyVersion {
+			// Spread the retries of lock-free writers over a few ms.
+			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 4))))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			case <-t.C:
+			}
+		}
+	}
+}
