@@ -20,6 +20,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -250,7 +251,7 @@ func TestTokenCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"stock", "token", "--buyer", "u-7", "--ttl", "10m"}, env(nil), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	v, err := verifier(config{JWTSecret: testJWTSecret})
+	v, err := app.TokenVerifier(app.Config{JWTSecret: testJWTSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestPublicKeyFile(t *testing.T) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	v, err := verifier(config{JWTPublicKeyFile: path})
+	v, err := app.TokenVerifier(app.Config{JWTPublicKeyFile: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestPublicKeyFile(t *testing.T) {
 	if sub, err := v.Verify(tok); err != nil || sub != "idp-user" {
 		t.Fatalf("EdDSA token = %q, %v", sub, err)
 	}
-	if _, err := verifier(config{JWTPublicKeyFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_PUBLIC_KEY_FILE") {
+	if _, err := app.TokenVerifier(app.Config{JWTPublicKeyFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_PUBLIC_KEY_FILE") {
 		t.Fatalf("missing key file = %v; want an error naming STOCK_JWT_PUBLIC_KEY_FILE", err)
 	}
 }

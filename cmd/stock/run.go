@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"os/signal"
 	"sync"
 	"sync/atomic"
@@ -18,19 +17,11 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/go-sql-driver/mysql"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/auth"
-	"github.com/seckill/stock/internal/handler"
-	"github.com/seckill/stock/internal/lock"
-	"github.com/seckill/stock/internal/metrics"
-	"github.com/seckill/stock/internal/repo"
-	"github.com/seckill/stock/internal/service"
-	"github.com/seckill/stock/internal/skulock"
-	"github.com/seckill/stock/internal/stockevents"
 )
 
 // maxHeaderBytes is the limit on a request's headers, all included.
@@ -64,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 2 && cmd != "token" {
 		return fmt.Errorf("unexpected arguments %q\n%s", args[2:], usage)
 	}
-	cfg, err := parseConfig(getenv)
+	cfg, err := app.ParseEnv(getenv)
 	if err != nil {
 		return err
 	}
@@ -101,26 +92,8 @@ func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	redisLog.Load().WarnContext(ctx, "redis client", "msg", fmt.Sprintf(format, v...))
 }
 
-// mysqlStartErr says what to do about a MySQL error at start-up.
-func mysqlStartErr(dsn string, err error) error {
-	addr, db := "", ""
-	if c, perr := mysql.ParseDSN(dsn); perr == nil {
-		addr, db = c.Addr, c.DBName
-	}
-	var me *mysql.MySQLError
-	switch {
-	case errors.As(err, &me) && me.Number == 1049:
-		return fmt.Errorf("MySQL at %s has no database %q (STOCK_MYSQL_DSN): run `stock migrate` (or `make run`) to create it", addr, db)
-	case errors.As(err, &me) && (me.Number == 1045 || me.Number == 1044):
-		return fmt.Errorf("MySQL at %s refused the credentials of STOCK_MYSQL_DSN: %s", addr, me.Message)
-	case errors.Is(err, service.ErrUnavailable):
-		return fmt.Errorf("cannot reach MySQL at %s (STOCK_MYSQL_DSN); is it running? (%w)", addr, err)
-	}
-	return fmt.Errorf("MySQL at %s (STOCK_MYSQL_DSN): %w", addr, err)
-}
-
 // token prints a bearer token for a buyer: stock token --buyer ID [--ttl 1h].
-func token(cfg config, args []string, stdout io.Writer) error {
+func token(cfg app.Config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("stock token", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	buyer := fs.String("buyer", "", "the buyer id (the token's sub)")
@@ -139,37 +112,8 @@ func token(cfg config, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// verifier builds the buyers' token verifier from the settings.
-func verifier(cfg config) (*auth.Verifier, error) {
-	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}
-	if cfg.JWTSecret != "" {
-		ac.Secret = []byte(cfg.JWTSecret)
-	}
-	if cfg.JWTPublicKeyFile != "" {
-		b, err := os.ReadFile(cfg.JWTPublicKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("STOCK_JWT_PUBLIC_KEY_FILE: %w", err)
-		}
-		if ac.PublicKey, err = auth.ParsePublicKey(b); err != nil {
-			return nil, fmt.Errorf("STOCK_JWT_PUBLIC_KEY_FILE: %w", err)
-		}
-	}
-	if ac.Secret == nil && ac.PublicKey == nil {
-		return nil, errors.New("set STOCK_JWT_SECRET or STOCK_JWT_PUBLIC_KEY_FILE: orders need buyers' bearer tokens")
-	}
-	return auth.NewVerifier(ac)
-}
-
-func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
-	if err := repo.EnsureDatabase(ctx, cfg.MySQLDSN); err != nil {
-		return mysqlStartErr(cfg.MySQLDSN, err)
-	}
-	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: 2})
-	if err != nil {
-		return mysqlStartErr(cfg.MySQLDSN, err)
-	}
-	defer store.Close()
-	v, err := store.Migrate(ctx)
+func migrate(ctx context.Context, cfg app.Config, stdout io.Writer) error {
+	v, err := app.Migrate(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -177,106 +121,18 @@ func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
 	return nil
 }
 
-func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
+func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	tokens, err := verifier(cfg)
+	gin.SetMode(gin.ReleaseMode) // before the router is built: no debug route listing
+	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-
-	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns})
-	if err != nil {
-		return mysqlStartErr(cfg.MySQLDSN, err)
-	}
-	defer store.Close()
-	if err := store.CheckSchema(ctx); err != nil {
-		return err
-	}
-
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:        cfg.RedisAddrs,
-		MasterName:   cfg.RedisMaster,
-		Password:     cfg.RedisPassword,
-		DB:           cfg.RedisDB,
-		DialTimeout:  500 * time.Millisecond,
-		ReadTimeout:  500 * time.Millisecond,
-		WriteTimeout: 500 * time.Millisecond,
-		// Fail fast when Redis is down, so orders move to the DB-only path
-		// instead of queueing behind dial retries (go-redis's default is 5
-		// dials 100ms apart, plus 3 command retries).
-		DialerRetries: 1,
-		MaxRetries:    1,
-		PoolSize:      64,
-	})
-	defer rdb.Close()
-	locks := lock.New(rdb, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
-		Renewed: m.Renewed,
-		Lost:    func(string) { m.Lock("lost", 0) },
-	}))
-	defer locks.Close()
-
-	if !cfg.Strategy.Info().Safe {
-		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
-	}
-	events := stockevents.New(rdb, cfg.RedisPrefix)
-	svcCfg := service.Config{
-		Strategy:          cfg.Strategy,
-		LockWait:          cfg.LockWait,
-		LockLease:         cfg.LockLease,
-		RejectOnRedisDown: cfg.RejectOnRedis,
-		MaxQuantity:       cfg.MaxQuantity,
-		BatchMax:          cfg.BatchMax,
-		QueueMax:          cfg.QueueMax,
-		SoldOutTTL:        cfg.SoldOutTTL,
-		Events:            events,
-	}
-	if cfg.SoldOutTTL == 0 {
-		svcCfg.SoldOutTTL = -1
-	}
-	if d := cfg.CriticalDelay; d > 0 {
-		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
-		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
-	}
-	svc := service.New(svcCfg, store, skulock.Redis{Client: locks}, log, m)
-	// Restocks made through other instances end this one's sold-out answers.
-	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
-	listened := make(chan struct{})
-	go func() { defer close(listened); events.Listen(lctx, svc.StockChanged) }()
-	defer func() { stopListening(); <-listened }()
-
-	usesLock := cfg.Strategy.Info().UsesLock
-	hcfg := handler.Config{
-		AdminToken: cfg.AdminToken,
-		MaxBody:    cfg.MaxBody,
-		Checks: []handler.Check{
-			{Name: "mysql", Required: true, Fn: store.Ping},
-			{Name: "redis", Required: usesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-		},
-		Tokens:         tokens,
-		MaxInflight:    int64(cfg.MaxInflight),
-		TrustedProxies: cfg.TrustedProxies,
-		ServeMetrics:   cfg.MetricsPublic,
-	}
-	if cfg.RateIP > 0 {
-		hcfg.Limiter = newIPLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
-		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen])
-	}
-	if cfg.RateBuyer > 0 {
-		hcfg.BuyerLimiter = newIPLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen, m)
-		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
-	}
-	gin.SetMode(gin.ReleaseMode)
-	h, err := handler.New(hcfg, svc, log, m, reg)
-	if err != nil {
-		return fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
-	}
+	defer a.Close()
 
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           a.Handler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
@@ -300,7 +156,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 			return fmt.Errorf("listen on STOCK_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()

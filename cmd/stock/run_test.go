@@ -17,7 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/stock/internal/auth"
+	"github.com/seckill/stock/internal/app"
+	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 )
@@ -25,17 +26,10 @@ import (
 func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
 
 // testJWTSecret signs the buyers' tokens of the instances these tests start.
-const testJWTSecret = "cmd-test-jwt-secret-at-least-32-bytes"
+const testJWTSecret = apptest.JWTSecret
 
 // testToken mints a buyer's token with testJWTSecret.
-func testToken(t testing.TB, buyer string) string {
-	t.Helper()
-	tok, err := auth.Mint([]byte(testJWTSecret), buyer, time.Hour, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
+func testToken(t testing.TB, buyer string) string { return apptest.Token(t, buyer) }
 
 // env is a getenv of m, with a JWT secret unless m sets one (to "" for none).
 func env(m map[string]string) func(string) string {
@@ -66,12 +60,12 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"STOCK_REDIS_ADDRS", "a:1,,b:2"},
 		{"STOCK_MAX_QUANTITY", "0"},
 	} {
-		_, err := parseConfig(env(map[string]string{c.name: c.value}))
+		_, err := app.ParseEnv(env(map[string]string{c.name: c.value}))
 		if err == nil || !strings.Contains(err.Error(), c.name) {
-			t.Errorf("parseConfig(%s=%q) = %v; want an error naming %s", c.name, c.value, err, c.name)
+			t.Errorf("app.ParseEnv(%s=%q) = %v; want an error naming %s", c.name, c.value, err, c.name)
 		}
 	}
-	cfg, err := parseConfig(env(nil))
+	cfg, err := app.ParseEnv(env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +74,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		cfg.MySQLDSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.LogJSON {
 		t.Fatalf("defaults = %+v; want the README's documented defaults", cfg)
 	}
-	cfg, err = parseConfig(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
+	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
 		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2"}))
 	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" {
 		t.Fatalf("parseConfig = %+v, %v", cfg, err)

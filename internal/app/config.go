@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -11,8 +11,9 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-// config is every setting, parsed once from the STOCK_ environment.
-type config struct {
+// Config is every setting of a stock server, parsed once from the STOCK_
+// environment by ParseEnv (the README's configuration table lists them).
+type Config struct {
 	HTTPAddr      string
 	MySQLDSN      string
 	MySQLConns    int
@@ -20,6 +21,8 @@ type config struct {
 	RedisMaster   string
 	RedisPassword string
 	RedisDB       int
+	// RedisTimeout bounds each Redis dial, read and write.
+	RedisTimeout  time.Duration
 	AdminToken    string
 	Strategy      service.Strategy
 	AllowUnsafe   bool
@@ -71,9 +74,11 @@ type config struct {
 	CriticalDelay time.Duration
 }
 
-func parseConfig(getenv func(string) string) (config, error) {
+// ParseEnv reads the configuration from the STOCK_ variables of getenv; its
+// error names the first bad variable.
+func ParseEnv(getenv func(string) string) (Config, error) {
 	p := envParser{getenv: getenv}
-	c := config{
+	c := Config{
 		HTTPAddr:      p.str("STOCK_HTTP_ADDR", ":8080"),
 		MySQLDSN:      p.str("STOCK_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stock?parseTime=true"),
 		MySQLConns:    p.integer("STOCK_MYSQL_MAX_CONNS", 20, 1, 1000),
@@ -81,6 +86,7 @@ func parseConfig(getenv func(string) string) (config, error) {
 		RedisMaster:   p.str("STOCK_REDIS_MASTER", ""),
 		RedisPassword: p.str("STOCK_REDIS_PASSWORD", ""),
 		RedisDB:       p.integer("STOCK_REDIS_DB", 0, 0, 1<<20),
+		RedisTimeout:  p.duration("STOCK_REDIS_TIMEOUT", 500*time.Millisecond, time.Millisecond),
 		AdminToken:    p.str("STOCK_ADMIN_TOKEN", ""),
 		AllowUnsafe:   p.boolean("STOCK_ALLOW_UNSAFE", false),
 		LockWait:      p.duration("STOCK_LOCK_WAIT", 2*time.Second, 0),
@@ -135,6 +141,9 @@ func parseConfig(getenv func(string) string) (config, error) {
 				c.TrustedProxies = append(c.TrustedProxies, x)
 			}
 		}
+	}
+	if c.RedisTimeout == 0 {
+		p.fail("STOCK_REDIS_TIMEOUT", "must be a duration of at least 1ms")
 	}
 	if c.LockWatchdog == 0 {
 		p.fail("STOCK_LOCK_WATCHDOG", "must be a duration of at least 30ms")

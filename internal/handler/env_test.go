@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,16 +13,15 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/seckill/stock/internal/app"
+	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/handler"
-	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
-	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -38,10 +36,10 @@ func TestMain(m *testing.M) {
 	)
 }
 
-const adminToken = "test-admin-token"
+const adminToken = apptest.AdminToken
 
 // jwtSecret signs the buyers' tokens of the test instances.
-var jwtSecret = []byte("test-jwt-secret-of-at-least-32-bytes!")
+var jwtSecret = []byte(apptest.JWTSecret)
 
 var testTokens = func() *auth.Verifier {
 	v, err := auth.NewVerifier(auth.Config{Secret: jwtSecret})
@@ -55,14 +53,7 @@ var testTokens = func() *auth.Verifier {
 const testBuyer = "test-buyer"
 
 // tokenFor mints a token for buyer.
-func tokenFor(t testing.TB, buyer string) string {
-	t.Helper()
-	tok, err := auth.Mint(jwtSecret, buyer, time.Hour, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
+func tokenFor(t testing.TB, buyer string) string { return apptest.Token(t, buyer) }
 
 // db is one test database, migrated with the real migrations/.
 type db struct {
@@ -96,8 +87,8 @@ type instanceOpts struct {
 	batchMax  int // 0: 64, the service's default
 }
 
-// instance is one service instance: its own Redis client, lock.Client,
-// service, handler and HTTP server, over a shared database.
+// instance is one whole server (app.New, as cmd/stock builds it) over a
+// shared database: its own Redis client, lock client, service and handler.
 type instance struct {
 	url     string
 	metrics *metrics.Metrics
@@ -107,52 +98,36 @@ type instance struct {
 
 func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	t.Helper()
-	if o.strategy == "" {
-		o.strategy = service.StrategyLockVersion
+	cfg := apptest.Config(d.dsn)
+	if o.strategy != "" {
+		cfg.Strategy = o.strategy
 	}
-	if o.redisAddr == "" {
-		o.redisAddr = testserver.SharedRedis
+	if o.redisAddr != "" {
+		cfg.RedisAddrs = []string{o.redisAddr}
 	}
-	if o.lockWait == 0 {
-		o.lockWait = 5 * time.Second
+	cfg.RejectOnRedis = o.reject
+	cfg.LockWait = 5 * time.Second
+	if o.lockWait != 0 {
+		cfg.LockWait = o.lockWait
 	}
-	if o.watchdog == 0 {
-		o.watchdog = 30 * time.Second
+	if o.watchdog != 0 {
+		cfg.LockWatchdog = o.watchdog
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1, DialerRetries: 1})
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	locks := lock.New(rdb, lock.WithWatchdogTimeout(o.watchdog))
-	var locker service.Locker = skulock.Redis{Client: locks}
-	if o.locker != nil {
-		locker = o.locker
+	if o.batchMax != 0 {
+		cfg.BatchMax = o.batchMax
 	}
-	if o.batchMax == 0 {
-		o.batchMax = 64
-	}
-	svc := service.New(service.Config{
-		Strategy: o.strategy, LockWait: o.lockWait, RejectOnRedisDown: o.reject, CriticalSectionHook: o.hook,
-		BatchMax: o.batchMax,
-	}, d.store, locker, nil, m)
-	token := adminToken
 	if o.noAdmin {
-		token = ""
+		cfg.AdminToken = ""
 	}
-	h, err := handler.New(handler.Config{AdminToken: token, ServeMetrics: true, Tokens: testTokens, Checks: []handler.Check{
-		{Name: "mysql", Required: true, Fn: d.store.Ping},
-		{Name: "redis", Required: o.reject, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-	}}, svc, nil, m, reg)
-	if err != nil {
-		t.Fatal(err)
+	var opts []app.Option
+	if o.locker != nil {
+		opts = append(opts, app.WithLocker(o.locker))
 	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		srv.Close()
-		_ = locks.Close()
-		_ = rdb.Close()
-	})
-	return &instance{url: srv.URL, metrics: m, reg: reg, svc: svc}
+	if o.hook != nil {
+		opts = append(opts, app.WithCriticalSection(o.hook))
+	}
+	srv := apptest.Start(t, cfg, opts...)
+	return &instance{url: srv.URL, metrics: srv.Metrics, reg: srv.Registry, svc: srv.Service}
 }
 
 var httpClient = &http.Client{

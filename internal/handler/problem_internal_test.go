@@ -20,7 +20,7 @@ var storeOnly = map[string]error{"ErrConflict": service.ErrConflict, "ErrDuplica
 // 500. The declarations are read from the service's source, so the test
 // needs no list of its own.
 func TestEveryServiceErrorHasAProblem(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "../service/service.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "../service/errors.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestEveryServiceErrorHasAProblem(t *testing.T) {
 		return true
 	})
 	if len(names) < 12 {
-		t.Fatalf("found %d service errors in service.go (%v); the parse is broken", len(names), names)
+		t.Fatalf("found %d service errors in errors.go (%v); the parse is broken", len(names), names)
 	}
 	mapped := map[error]bool{}
 	for _, k := range problems {

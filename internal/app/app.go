@@ -1,0 +1,235 @@
+// Package app assembles a stock server from its configuration: the MySQL
+// store, the Redis client, the SKU lock, the service, the stock-change
+// listener, the rate limiters and the HTTP handler. cmd/stock serves what it
+// builds, and every full-stack test builds its servers with the same New
+// (through internal/apptest), so the two cannot drift apart.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/auth"
+	"github.com/seckill/stock/internal/handler"
+	"github.com/seckill/stock/internal/lock"
+	"github.com/seckill/stock/internal/metrics"
+	"github.com/seckill/stock/internal/repo"
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/stockevents"
+)
+
+// App is one assembled stock server. Close releases what New opened.
+type App struct {
+	Handler  http.Handler
+	Service  *service.Service
+	Store    *repo.Store
+	Redis    redis.UniversalClient
+	Metrics  *metrics.Metrics
+	Registry *prometheus.Registry
+
+	closers []func() // run last first
+}
+
+// Option changes what New builds, for tests and fault runs.
+type Option func(*options)
+
+type options struct {
+	locker   service.Locker
+	critical func()
+}
+
+// WithLocker replaces the SKU lock (tests that script the lock's answers).
+func WithLocker(l service.Locker) Option { return func(o *options) { o.locker = l } }
+
+// WithCriticalSection runs f inside every order's transaction just before
+// COMMIT (tests that land a pause or a fault in the critical section).
+func WithCriticalSection(f func()) Option { return func(o *options) { o.critical = f } }
+
+// New builds a server from cfg. It checks that the database is migrated; the
+// stock-change listener runs until Close.
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *App, err error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &App{}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	tokens, err := TokenVerifier(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if a.Store, err = repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns}); err != nil {
+		return nil, mysqlStartErr(cfg.MySQLDSN, err)
+	}
+	a.closers = append(a.closers, func() { _ = a.Store.Close() })
+	if err := a.Store.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
+
+	a.Registry = prometheus.NewRegistry()
+	a.Metrics = metrics.New(a.Registry)
+	m := a.Metrics
+
+	a.Redis = redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:        cfg.RedisAddrs,
+		MasterName:   cfg.RedisMaster,
+		Password:     cfg.RedisPassword,
+		DB:           cfg.RedisDB,
+		DialTimeout:  cfg.RedisTimeout,
+		ReadTimeout:  cfg.RedisTimeout,
+		WriteTimeout: cfg.RedisTimeout,
+		// Fail fast when Redis is down, so orders move to the DB-only path
+		// instead of queueing behind dial retries (go-redis's default is 5
+		// dials 100ms apart, plus 3 command retries).
+		DialerRetries: 1,
+		MaxRetries:    1,
+		PoolSize:      64,
+	})
+	rdb := a.Redis
+	a.closers = append(a.closers, func() { _ = rdb.Close() })
+
+	locks := lock.New(rdb, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
+		Renewed: m.Renewed,
+		Lost:    func(string) { m.Lock("lost", 0) },
+	}))
+	a.closers = append(a.closers, func() { _ = locks.Close() })
+	var locker service.Locker = skulock.Redis{Client: locks}
+	if o.locker != nil {
+		locker = o.locker
+	}
+
+	if !cfg.Strategy.Info().Safe {
+		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
+	}
+	events := stockevents.New(rdb, cfg.RedisPrefix)
+	svcCfg := service.Config{
+		Strategy:            cfg.Strategy,
+		LockWait:            cfg.LockWait,
+		LockLease:           cfg.LockLease,
+		RejectOnRedisDown:   cfg.RejectOnRedis,
+		MaxQuantity:         cfg.MaxQuantity,
+		BatchMax:            cfg.BatchMax,
+		QueueMax:            cfg.QueueMax,
+		SoldOutTTL:          cfg.SoldOutTTL,
+		Events:              events,
+		CriticalSectionHook: o.critical,
+	}
+	if cfg.SoldOutTTL == 0 {
+		svcCfg.SoldOutTTL = -1
+	}
+	if d := cfg.CriticalDelay; d > 0 && o.critical == nil {
+		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
+		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
+	}
+	a.Service = service.New(svcCfg, a.Store, locker, log, m)
+	// Restocks made through other instances end this one's sold-out answers.
+	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
+	listened := make(chan struct{})
+	go func() { defer close(listened); events.Listen(lctx, a.Service.StockChanged) }()
+	a.closers = append(a.closers, func() { stopListening(); <-listened })
+
+	usesLock := cfg.Strategy.Info().UsesLock
+	hcfg := handler.Config{
+		AdminToken: cfg.AdminToken,
+		MaxBody:    cfg.MaxBody,
+		Checks: []handler.Check{
+			{Name: "mysql", Required: true, Fn: a.Store.Ping},
+			{Name: "redis", Required: usesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		},
+		Tokens:         tokens,
+		MaxInflight:    int64(cfg.MaxInflight),
+		TrustedProxies: cfg.TrustedProxies,
+		ServeMetrics:   cfg.MetricsPublic,
+	}
+	if cfg.RateIP > 0 {
+		hcfg.Limiter = newIPLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
+		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen])
+	}
+	if cfg.RateBuyer > 0 {
+		hcfg.BuyerLimiter = newIPLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen, m)
+		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
+	}
+	if a.Handler, err = handler.New(hcfg, a.Service, log, m, a.Registry); err != nil {
+		return nil, fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
+	}
+	return a, nil
+}
+
+// Close stops the listener and closes the lock client, Redis and MySQL. It
+// does not wait for requests: shut the HTTP server down first.
+func (a *App) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+}
+
+// Migrate creates the database of cfg.MySQLDSN if needed and applies the
+// migrations; it returns the schema version.
+func Migrate(ctx context.Context, cfg Config) (int64, error) {
+	if err := repo.EnsureDatabase(ctx, cfg.MySQLDSN); err != nil {
+		return 0, mysqlStartErr(cfg.MySQLDSN, err)
+	}
+	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: 2})
+	if err != nil {
+		return 0, mysqlStartErr(cfg.MySQLDSN, err)
+	}
+	defer store.Close()
+	return store.Migrate(ctx)
+}
+
+// TokenVerifier builds the buyers' token verifier from the settings.
+func TokenVerifier(cfg Config) (*auth.Verifier, error) {
+	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}
+	if cfg.JWTSecret != "" {
+		ac.Secret = []byte(cfg.JWTSecret)
+	}
+	if cfg.JWTPublicKeyFile != "" {
+		b, err := os.ReadFile(cfg.JWTPublicKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("STOCK_JWT_PUBLIC_KEY_FILE: %w", err)
+		}
+		if ac.PublicKey, err = auth.ParsePublicKey(b); err != nil {
+			return nil, fmt.Errorf("STOCK_JWT_PUBLIC_KEY_FILE: %w", err)
+		}
+	}
+	if ac.Secret == nil && ac.PublicKey == nil {
+		return nil, errors.New("set STOCK_JWT_SECRET or STOCK_JWT_PUBLIC_KEY_FILE: orders need buyers' bearer tokens")
+	}
+	return auth.NewVerifier(ac)
+}
+
+// mysqlStartErr says what to do about a MySQL error at start-up.
+func mysqlStartErr(dsn string, err error) error {
+	addr, db := "", ""
+	if c, perr := mysql.ParseDSN(dsn); perr == nil {
+		addr, db = c.Addr, c.DBName
+	}
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1049:
+		return fmt.Errorf("MySQL at %s has no database %q (STOCK_MYSQL_DSN): run `stock migrate` (or `make run`) to create it", addr, db)
+	case errors.As(err, &me) && (me.Number == 1045 || me.Number == 1044):
+		return fmt.Errorf("MySQL at %s refused the credentials of STOCK_MYSQL_DSN: %s", addr, me.Message)
+	case errors.Is(err, service.ErrUnavailable):
+		return fmt.Errorf("cannot reach MySQL at %s (STOCK_MYSQL_DSN); is it running? (%w)", addr, err)
+	}
+	return fmt.Errorf("MySQL at %s (STOCK_MYSQL_DSN): %w", addr, err)
+}

@@ -1,0 +1,88 @@
+// Package apptest starts whole stock servers for tests: app.New over a
+// database of the test's own on the shared MariaDB and the shared Redis,
+// served by httptest. It is the one way the full-stack tests build a server,
+// the same way cmd/stock does. It is for tests only.
+package apptest
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/seckill/stock/internal/app"
+	"github.com/seckill/stock/internal/auth"
+	"github.com/seckill/stock/internal/repo"
+	"github.com/seckill/stock/internal/testserver"
+)
+
+// AdminToken is the admin token of Config.
+const AdminToken = "test-admin-token"
+
+// JWTSecret signs the buyers' tokens that Config's servers accept.
+const JWTSecret = "test-jwt-secret-of-at-least-32-bytes!"
+
+// Config is the configuration of a test server over the database dsn: the
+// defaults of an empty environment (as a production server would start),
+// with the shared Redis, the test secrets and a small MySQL pool.
+func Config(dsn string) app.Config {
+	cfg, err := app.ParseEnv(func(string) string { return "" })
+	if err != nil {
+		panic(err) // the defaults are valid, or every test would fail here
+	}
+	cfg.MySQLDSN = dsn
+	cfg.MySQLConns = 10
+	cfg.RedisAddrs = []string{testserver.SharedRedis}
+	cfg.AdminToken = AdminToken
+	cfg.JWTSecret = JWTSecret
+	cfg.MetricsPublic = true
+	return cfg
+}
+
+// Database returns the DSN of a new database migrated with the real
+// migrations, dropped at the end of the test.
+func Database(t testing.TB) string {
+	t.Helper()
+	dsn := testserver.Database(t)
+	store, err := repo.Open(context.Background(), dsn, repo.Options{MaxOpenConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// Server is a running test server.
+type Server struct {
+	URL string
+	*app.App
+}
+
+// Start builds a server with app.New and serves it until the end of the test.
+func Start(t testing.TB, cfg app.Config, opts ...app.Option) *Server {
+	t.Helper()
+	a, err := app.New(context.Background(), cfg, nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		a.Close()
+	})
+	return &Server{URL: srv.URL, App: a}
+}
+
+// Token mints a buyer's bearer token (without "Bearer ") that Config's
+// servers accept, valid for an hour.
+func Token(t testing.TB, buyer string) string {
+	t.Helper()
+	tok, err := auth.Mint([]byte(JWTSecret), buyer, time.Hour, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
