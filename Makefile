@@ -35,17 +35,20 @@ run: build
 	./bin/stock migrate
 	./bin/stock serve
 
-## bench: lock benchmarks side by side with bsm/redislock and redsync (separate module)
+## bench: lock benchmarks side by side with bsm/redislock and redsync (separate module); writes docs/results/bench.md
 bench:
-	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m .
+	@mkdir -p docs/results
+	(cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m .) > docs/results/bench.txt.new; \
+		status=$$?; cat docs/results/bench.txt.new; [ $$status -eq 0 ] && $(GO) run ./loadtest/results -title "Lock benchmarks beside bsm/redislock and redsync" -target bench \
+		< docs/results/bench.txt.new > docs/results/bench.md; rm -f docs/results/bench.txt.new; exit $$status
 
 ## chaos: the whole fault matrix and the bots scenario (loadtest/chaos, STOCK_CHAOS=full): prints the results table and
-## writes it to loadtest/report/chaos.md; `make test` runs its short subset
+## writes it to docs/results/chaos.md; `make test` runs its short subset
 chaos:
-	@mkdir -p loadtest/report && rm -f loadtest/report/chaos.md
-	STOCK_CHAOS=full STOCK_CHAOS_REPORT=$(CURDIR)/loadtest/report/chaos.md \
+	@mkdir -p docs/results && rm -f docs/results/chaos.md.new
+	STOCK_CHAOS=full STOCK_CHAOS_REPORT=$(CURDIR)/docs/results/chaos.md.new \
 		$(GO) test -race -count=1 -timeout 20m -run '^(TestChaos|TestBots)$$' ./loadtest/chaos; \
-		status=$$?; cat loadtest/report/chaos.md 2>/dev/null; exit $$status
+		status=$$?; if [ -s docs/results/chaos.md.new ]; then mv docs/results/chaos.md.new docs/results/chaos.md; cat docs/results/chaos.md; fi; exit $$status
 
 ## k6-check: type-check the k6 scripts against @types/k6 (no k6 needed)
 ## compose-check: validate docker-compose.yml, loadtest/nginx.conf and the Dockerfile without Docker
@@ -77,9 +80,9 @@ demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK)
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
 	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report $(DEMO_FLAGS)
 demo: build
-	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput
+	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput -results docs/results/demo.md -target demo
 demo-throughput: build
-	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput
+	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput -results docs/results/demo-throughput.md -target demo-throughput
 profile: build
 	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -tp-buyers 60000 \
 		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)

@@ -60,8 +60,11 @@ func TestChaos(t *testing.T) {
 		_ = WriteMarkdown(&b, title, rows)
 		t.Logf("\n%s", b.String())
 		if path := os.Getenv("STOCK_CHAOS_REPORT"); path != "" {
+			ctx := context.Background()
+			m := driver.DetectMachine(ctx, testserver.SharedMySQL, testserver.SharedRedis)
+			doc := driver.Header("Fault matrix", "chaos", driver.Commit(ctx), time.Now(), m) + b.String()
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-				err = os.WriteFile(path, []byte(b.String()), 0o644)
+				err = os.WriteFile(path, []byte(doc), 0o644)
 			}
 		}
 	}()

@@ -52,6 +52,8 @@ type options struct {
 	mysqlBase  string
 	redis      string
 	out        string
+	results    string // a Markdown results file, or ""
+	target     string // the make target in its header
 	retries    int
 	keepDB     bool
 	logw       io.Writer
@@ -84,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.mysqlBase, "mysql", "root@tcp(127.0.0.1:3306)/", "MySQL server, as a DSN without a database; each run gets a fresh database on it")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address")
 	fs.StringVar(&o.out, "out", defaultOut, "report directory: report.json, report.html and the instances' logs")
+	fs.StringVar(&o.results, "results", "", "also write the report as a Markdown results file here (make demo: docs/results/demo.md)")
+	fs.StringVar(&o.target, "target", "demo", "the make target named in the results file's header")
 	fs.IntVar(&o.retries, "retries", 3, "retries of one order, same key, on 429/502/503/504/no response")
 	fs.DurationVar(&sell.duration, "duration", 3*time.Minute, "sellout: cap on each run's buying phase")
 	fs.BoolVar(&o.keepDB, "keep-db", false, "keep each run's database (default: dropped after the run)")
@@ -180,6 +184,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "\nreport: %s, %s\n", filepath.Join(o.out, "report.html"), filepath.Join(o.out, "report.json"))
+	if o.results != "" {
+		if err := os.MkdirAll(filepath.Dir(o.results), 0o755); err != nil {
+			return err
+		}
+		commit := driver.Commit(ctx)
+		if err := driver.WriteFile(o.results, func(w io.Writer) error { return driver.WriteMarkdown(w, rep, o.target, commit) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "results: %s\n", o.results)
+	}
 	if !rep.Passed {
 		return errors.New("at least one run did not show what it should (see FAIL, or SHORT in the sell-out, above)")
 	}

@@ -102,15 +102,10 @@ func (res *Result) Verdict() string {
 // WriteTable prints one line per run.
 func WriteTable(w io.Writer, runs []*Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tresult\tsold\toversold\tlost upd\torders/s\tp50 ms\tp95 ms\tp99 ms\t201\t409\t429\tother\tconflicts\tlock wait ms\tlock held ms\tpeak RSS MiB\t")
-	for _, r := range runs {
-		other := r.Requests - r.Statuses["201"] - r.Statuses["200"] - r.Statuses["409"] - r.Statuses["429"]
-		s := r.Metrics.Sum
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t\n",
-			r.Label, r.Verdict(), r.Sold, r.Oversold, r.LostUpdates, r.OrdersPerSec,
-			r.Latency.P50, r.Latency.P95, r.Latency.P99,
-			r.Statuses["201"], r.Statuses["409"], r.Statuses["429"], other, s.Conflicts,
-			msOrDash(s.LockWaitMean(), s.LockWaits), msOrDash(s.LockHeldMean(), s.LockHolds), r.RSS())
+	head, rows := tableRows(runs)
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	return tw.Flush()
 }
