@@ -106,4 +106,6 @@ func tableRows(runs []*Result) (head []string, rows [][]string) {
 
 // DetectMachine describes this machine and the MySQL (dsn) and Redis
 // (redisAddr) servers, for the header of a results file.
-func DetectMachine(ctx context.Context, dsn, redisAddr string) Machine { return machine(ctx, dsn, redisAddr) }
+func DetectMachine(ctx context.Context, dsn, redisAddr string) Machine {
+	return machine(ctx, dsn, redisAddr)
+}
