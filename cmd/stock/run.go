@@ -151,35 +151,47 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy)
 
 	if cfg.MetricsAddr != "" {
-		mln, err := net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("listen on STOCK_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = msrv.Serve(mln) }()
-		defer msrv.Close()
-		fmt.Fprintf(stdout, "stock: metrics on http://%s/metrics\n", mln.Addr())
-		log.Info("metrics listener", "addr", mln.Addr().String())
-	}
-
-	if cfg.PprofAddr != "" {
-		pln, err := net.Listen("tcp", cfg.PprofAddr)
+		addr, closeMetrics, err := servePrivate("STOCK_METRICS_ADDR", cfg.MetricsAddr, mux)
 		if err != nil {
-			return fmt.Errorf("listen on STOCK_PPROF_ADDR %s: %w", cfg.PprofAddr, err)
+			return err
 		}
+		defer closeMetrics()
+		fmt.Fprintf(stdout, "stock: metrics on http://%s/metrics\n", addr)
+		log.Info("metrics listener", "addr", addr)
+	}
+	if cfg.PprofAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = psrv.Serve(pln) }()
-		defer psrv.Close()
-		log.Warn("pprof enabled", "addr", pln.Addr().String())
+		addr, closePprof, err := servePrivate("STOCK_PPROF_ADDR", cfg.PprofAddr, mux)
+		if err != nil {
+			return err
+		}
+		defer closePprof()
+		log.Warn("pprof enabled", "addr", addr)
 	}
+	return serveUntilDone(ctx, srv, ln, cfg.ShutdownAfter, log)
+}
 
+// servePrivate serves h on a listener of its own (metrics, pprof: keep the
+// address private); setting names the variable in a listen error.
+func servePrivate(setting, addr string, h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen on %s %s: %w", setting, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// serveUntilDone serves ln until ctx ends (SIGTERM), then finishes the
+// requests in flight within shutdownAfter.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, shutdownAfter time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -188,7 +200,7 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing in-flight requests")
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownAfter)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownAfter)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

@@ -75,18 +75,35 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, err
 	}
-	if a.Store, err = repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns}); err != nil {
-		return nil, mysqlStartErr(cfg.MySQLDSN, err)
-	}
-	a.closers = append(a.closers, func() { _ = a.Store.Close() })
-	if err := a.Store.CheckSchema(ctx); err != nil {
+	if err := a.openStore(ctx, cfg); err != nil {
 		return nil, err
 	}
-
 	a.Registry = prometheus.NewRegistry()
 	a.Metrics = metrics.New(a.Registry)
-	m := a.Metrics
+	a.openRedis(cfg)
+	locker := o.locker
+	if locker == nil {
+		locker = a.redisLocker(cfg)
+	}
+	a.newService(ctx, cfg, o, locker, log)
+	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, log), a.Service, log, a.Metrics, a.Registry); err != nil {
+		return nil, fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
+	}
+	return a, nil
+}
 
+// openStore opens MySQL and checks the schema is migrated.
+func (a *App) openStore(ctx context.Context, cfg Config) error {
+	var err error
+	if a.Store, err = repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns}); err != nil {
+		return mysqlStartErr(cfg.MySQLDSN, err)
+	}
+	a.closers = append(a.closers, func() { _ = a.Store.Close() })
+	return a.Store.CheckSchema(ctx)
+}
+
+// openRedis makes the Redis client (it dials on first use).
+func (a *App) openRedis(cfg Config) {
 	a.Redis = redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:        cfg.RedisAddrs,
 		MasterName:   cfg.RedisMaster,
@@ -102,23 +119,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		MaxRetries:    1,
 		PoolSize:      64,
 	})
-	rdb := a.Redis
-	a.closers = append(a.closers, func() { _ = rdb.Close() })
+	a.closers = append(a.closers, func() { _ = a.Redis.Close() })
+}
 
-	locks := lock.New(rdb, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
+// redisLocker is the SKU lock on Redis, its renewals and losses counted.
+func (a *App) redisLocker(cfg Config) service.Locker {
+	m := a.Metrics
+	locks := lock.New(a.Redis, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
 		Renewed: m.Renewed,
 		Lost:    func(string) { m.Lock("lost", 0) },
 	}))
 	a.closers = append(a.closers, func() { _ = locks.Close() })
-	var locker service.Locker = skulock.Redis{Client: locks}
-	if o.locker != nil {
-		locker = o.locker
-	}
+	return skulock.Redis{Client: locks}
+}
 
+// newService makes the service and starts the listener of other instances'
+// stock changes.
+func (a *App) newService(ctx context.Context, cfg Config, o options, locker service.Locker, log *slog.Logger) {
 	if !cfg.Strategy.Info().Safe {
 		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
 	}
-	events := stockevents.New(rdb, cfg.RedisPrefix)
+	events := stockevents.New(a.Redis, cfg.RedisPrefix)
 	svcCfg := service.Config{
 		Strategy:            cfg.Strategy,
 		LockWait:            cfg.LockWait,
@@ -138,20 +159,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
-	a.Service = service.New(svcCfg, a.Store, locker, log, m)
+	a.Service = service.New(svcCfg, a.Store, locker, log, a.Metrics)
 	// Restocks made through other instances end this one's sold-out answers.
 	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
 	listened := make(chan struct{})
 	go func() { defer close(listened); events.Listen(lctx, a.Service.StockChanged) }()
 	a.closers = append(a.closers, func() { stopListening(); <-listened })
+}
 
-	usesLock := cfg.Strategy.Info().UsesLock
+// handlerConfig is the HTTP edge's configuration: probes, tokens, caps and
+// rate limits.
+func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, log *slog.Logger) handler.Config {
+	rdb, m := a.Redis, a.Metrics
 	hcfg := handler.Config{
 		AdminToken: cfg.AdminToken,
 		MaxBody:    cfg.MaxBody,
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: a.Store.Ping},
-			{Name: "redis", Required: usesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+			{Name: "redis", Required: cfg.Strategy.Info().UsesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
 		Tokens:         tokens,
 		MaxInflight:    int64(cfg.MaxInflight),
@@ -166,10 +191,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		hcfg.BuyerLimiter = newIPLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen, m)
 		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
 	}
-	if a.Handler, err = handler.New(hcfg, a.Service, log, m, a.Registry); err != nil {
-		return nil, fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
-	}
-	return a, nil
+	return hcfg
 }
 
 // Close stops the listener and closes the lock client, Redis and MySQL. It
