@@ -40,11 +40,7 @@ func measureCeiling(ctx context.Context, o options, runID, token string) ([]driv
 		return nil, err
 	}
 	defer drop()
-	unlimited := map[string]string{}
-	for k, v := range demoEnv {
-		unlimited[k] = v
-	}
-	unlimited["STOCK_RATE_IP"] = "0"
+	unlimited := unlimitedEnv()
 	f, err := fleet.Start(ctx, fleet.Config{
 		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: "lock+version",
 		LogDir: filepath.Join(o.out, "logs"), Name: "ceiling", Env: unlimited,

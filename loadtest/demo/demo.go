@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,9 +39,10 @@ type phase struct {
 	concurrency int
 	quantity    int
 	duration    time.Duration
-	safetyOnly  bool  // a run must be safe; buyers giving up (SHORT) is a finding, not a failure
-	greedy      int   // every greedy-th buyer is greedy (0: none)
-	limit       int64 // the SKU's per-buyer limit (0: none)
+	safetyOnly  bool              // a run must be safe; buyers giving up (SHORT) is a finding, not a failure
+	greedy      int               // every greedy-th buyer is greedy (0: none)
+	limit       int64             // the SKU's per-buyer limit (0: none)
+	env         map[string]string // the instances' settings beyond the strategy
 }
 
 type options struct {
@@ -101,6 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
 	fs.DurationVar(&tp.duration, "tp-duration", time.Minute, "throughput: cap on each run's buying phase")
 	fs.Int64Var(&tp.limit, "tp-limit", 0, "throughput: the SKU's per-buyer limit in units (0: none), to measure what enforcing it costs")
+	tpRateLimit := fs.Bool("tp-rate-limit", false, "throughput: run the instances with the sell-out's per-IP rate limit (default: without, like the ceiling's instances)")
 	fs.StringVar(&o.profile, "profile", "", "write a CPU profile of one lock+version instance in the throughput phase to this markdown file (and the raw profile beside it)")
 	fs.IntVar(&ceil.concurrency, "ceiling-concurrency", 240, "ceiling: concurrent connections")
 	fs.DurationVar(&ceil.duration, "ceiling-duration", 5*time.Second, "ceiling: measured time of each request kind (after 1s of warm-up)")
@@ -131,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				"Every %dth buyer orders as one of %d greedy buyers, with a per-buyer limit of %d units: no buyer may end above it. "+
 				"The per-IP rate limit is on (%s/s, burst %s), each buyer its own address.",
 				demoGreedyEvery, demoGreedyBuyers, 2*sell.quantity, demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
-			sell.greedy, sell.limit = demoGreedyEvery, int64(2*sell.quantity)
+			sell.greedy, sell.limit, sell.env = demoGreedyEvery, int64(2*sell.quantity), demoEnv
 			o.phases = append(o.phases, sell)
 		case "throughput":
 			tp.title = fmt.Sprintf("Throughput: %d units, %d buyers x %d, %d concurrent, %d instances",
@@ -139,6 +142,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			tp.note = "The stock does not sell out, so orders/s counts orders, not rejections. none shows lost updates instead of an oversell. " +
 				"Runs here must be safe; SHORT means buyers gave up (retries spent, or the cap hit) and is a finding about speed, not safety."
 			tp.safetyOnly = true
+			tp.env = unlimitedEnv()
+			if *tpRateLimit {
+				tp.env = demoEnv
+				tp.note += fmt.Sprintf(" The per-IP rate limit is on (%s/s, burst %s).", demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
+			} else {
+				tp.note += " The instances run as the ceiling's do, without the per-IP rate limit, so orders/s compares with their /healthz rate; the ceiling's two sold-out floods show what the limit costs per request."
+			}
 			o.phases = append(o.phases, tp)
 		default:
 			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput", p)
@@ -304,7 +314,7 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 	defer drop()
 	fc := fleet.Config{
 		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: strategy,
-		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy), Env: demoEnv,
+		LogDir: filepath.Join(o.out, "logs"), Name: p.name + "-" + dbSafe(strategy), Env: p.env,
 	}
 	if prof != nil {
 		fc.InstanceEnv = prof.env()
@@ -352,6 +362,13 @@ var demoEnv = map[string]string{
 	"STOCK_RATE_IP":         "20",
 	"STOCK_RATE_IP_BURST":   "40",
 	"STOCK_TRUSTED_PROXIES": "127.0.0.1",
+}
+
+// unlimitedEnv is demoEnv without the rate limit: the ceiling's instances.
+func unlimitedEnv() map[string]string {
+	env := maps.Clone(demoEnv)
+	env["STOCK_RATE_IP"] = "0"
+	return env
 }
 
 func demoClientIP(buyer int) string {
