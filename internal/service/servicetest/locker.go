@@ -141,7 +141,9 @@ func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Durat
 	h := &Hold{l: l, s: s, fence: s.fence, ctx: hctx, cancel: cancel}
 	if lease > 0 {
 		h.deadline = time.Now().Add(lease)
+		h.mu.Lock()
 		h.timer = time.AfterFunc(lease, func() { h.end(ErrLost) })
+		h.mu.Unlock()
 	}
 	s.holder = h
 	return h, nil
@@ -155,10 +157,9 @@ type Hold struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	deadline time.Time // zero: no lease
-	timer    *time.Timer
-
-	mu    sync.Mutex
-	state error // nil while held; ErrLost or ErrNotHeld once it ended
+	mu       sync.Mutex
+	timer    *time.Timer // the lease's; nil without one
+	state    error       // nil while held; ErrLost or ErrNotHeld once it ended
 }
 
 var _ service.Hold = (*Hold)(nil)
@@ -204,9 +205,10 @@ func (h *Hold) end(state error) bool {
 		return false
 	}
 	h.state = state
+	timer := h.timer
 	h.mu.Unlock()
-	if h.timer != nil {
-		h.timer.Stop()
+	if timer != nil {
+		timer.Stop()
 	}
 	h.l.mu.Lock()
 	if h.s.holder == h {

@@ -111,9 +111,10 @@ func (m *MemStore) FailNext(n int, err error) {
 	}
 }
 
-// AfterRead, if f is not nil, runs f(sku) in every WritePlain or
-// WriteVersioned Deduct and every DeductBatch after the read of the stock
-// row and before the write: where a concurrent writer would interleave.
+// AfterRead, if f is not nil, runs f(sku) in every Deduct and DeductBatch
+// before its write, after the read of the stock row in the modes that read
+// first (WritePlain, WriteVersioned, batches): where a concurrent writer
+// would interleave. f may call the store.
 func (m *MemStore) AfterRead(f func(sku string)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -498,6 +499,12 @@ func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Ord
 			return service.Order{}, service.ErrSoldOut
 		}
 	case service.WriteConditional, service.WriteForUpdate:
+		m.mu.Lock()
+		hook := m.afterRead
+		m.mu.Unlock()
+		if hook != nil {
+			hook(d.SKU)
+		}
 	default:
 		return service.Order{}, fmt.Errorf("servicetest: unknown write mode %d", d.Write)
 	}
