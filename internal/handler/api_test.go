@@ -116,6 +116,10 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
+// A few malformed requests through the whole stack (handler, service,
+// MySQL), as a smoke test: the full table runs on a recording service in
+// TestMalformedRequestsTable, which also checks which requests reach the
+// service.
 func TestMalformedRequests(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
@@ -130,46 +134,14 @@ func TestMalformedRequests(t *testing.T) {
 		kind                                       string
 	}{
 		{"missing key", "POST", "/v1/orders", "", js, "", ok, 400, "invalid-request"},
-		{"key too long", "POST", "/v1/orders", strings.Repeat("k", 65), js, "", ok, 400, "invalid-request"},
 		{"key with space", "POST", "/v1/orders", "bad key", js, "", ok, 400, "invalid-request"},
-		{"key with slash", "POST", "/v1/orders", "a/b", js, "", ok, 400, "invalid-request"},
-		{"key non-ascii", "POST", "/v1/orders", "clé", js, "", ok, 400, "invalid-request"},
-		{"quantity missing", "POST", "/v1/orders", "k1", js, "", `{"sku":"SKU-1"}`, 400, "invalid-request"},
-		{"quantity zero", "POST", "/v1/orders", "k2", js, "", `{"sku":"SKU-1","quantity":0}`, 400, "invalid-request"},
-		{"quantity negative", "POST", "/v1/orders", "k3", js, "", `{"sku":"SKU-1","quantity":-1}`, 400, "invalid-request"},
 		{"quantity over cap", "POST", "/v1/orders", "k4", js, "", `{"sku":"SKU-1","quantity":101}`, 400, "invalid-request"},
-		{"quantity huge", "POST", "/v1/orders", "k5", js, "", `{"sku":"SKU-1","quantity":1e30}`, 400, "invalid-request"},
-		{"quantity int64 overflow", "POST", "/v1/orders", "k6", js, "", `{"sku":"SKU-1","quantity":9223372036854775808}`, 400, "invalid-request"},
-		{"quantity string", "POST", "/v1/orders", "k7", js, "", `{"sku":"SKU-1","quantity":"1"}`, 400, "invalid-request"},
-		{"quantity float", "POST", "/v1/orders", "k8", js, "", `{"sku":"SKU-1","quantity":1.5}`, 400, "invalid-request"},
-		{"quantity null", "POST", "/v1/orders", "k9", js, "", `{"sku":"SKU-1","quantity":null}`, 400, "invalid-request"},
 		{"unknown field", "POST", "/v1/orders", "k10", js, "", `{"sku":"SKU-1","quantity":1,"price":0}`, 400, "invalid-request"},
-		{"field name in other case", "POST", "/v1/orders", "k24", js, "", `{"SKU":"SKU-1","quantity":1}`, 400, "invalid-request"},
-		{"field twice", "POST", "/v1/orders", "k25", js, "", `{"sku":"SKU-1","quantity":1,"quantity":3}`, 400, "invalid-request"},
-		{"admin field twice", "PUT", "/v1/admin/stock/SKU-1", "", js, bearer, `{"available":1,"available":1000}`, 400, "invalid-request"},
-		{"not JSON", "POST", "/v1/orders", "k11", js, "", `sku=SKU-1&quantity=1`, 400, "invalid-request"},
-		{"empty body", "POST", "/v1/orders", "k12", js, "", ``, 400, "invalid-request"},
-		{"trailing data", "POST", "/v1/orders", "k13", js, "", ok + `{"sku":"SKU-1","quantity":1}`, 400, "invalid-request"},
-		{"truncated JSON", "POST", "/v1/orders", "k14", js, "", `{"sku":"SKU-1",`, 400, "invalid-request"},
-		{"array body", "POST", "/v1/orders", "k15", js, "", `[1]`, 400, "invalid-request"},
-		{"sku missing", "POST", "/v1/orders", "k16", js, "", `{"quantity":1}`, 400, "invalid-request"},
-		{"sku bad characters", "POST", "/v1/orders", "k17", js, "", `{"sku":"SKU 1;drop","quantity":1}`, 400, "invalid-request"},
-		{"sku too long", "POST", "/v1/orders", "k18", js, "", `{"sku":"` + strings.Repeat("S", 65) + `","quantity":1}`, 400, "invalid-request"},
-		{"sku empty", "POST", "/v1/orders", "k19", js, "", `{"sku":"","quantity":1}`, 400, "invalid-request"},
 		{"unknown sku", "POST", "/v1/orders", "k20", js, "", `{"sku":"SKU-404","quantity":1}`, 404, "unknown-sku"},
 		{"body too large", "POST", "/v1/orders", "k21", js, "", `{"sku":"SKU-1","quantity":1,"x":"` + strings.Repeat("x", 5000) + `"}`, 413, "body-too-large"},
 		{"wrong content type", "POST", "/v1/orders", "k22", "text/plain", "", ok, 415, "unsupported-media-type"},
-		{"no content type", "POST", "/v1/orders", "k23", "", "", ok, 415, "unsupported-media-type"},
-		{"admin without token", "PUT", "/v1/admin/stock/SKU-1", "", js, "", `{"available":1000}`, 401, "unauthorized"},
 		{"admin wrong token", "PUT", "/v1/admin/stock/SKU-1", "", js, "Bearer nope", `{"available":1000}`, 401, "unauthorized"},
-		{"admin token not bearer", "PUT", "/v1/admin/stock/SKU-1", "", js, adminToken, `{"available":1000}`, 401, "unauthorized"},
-		{"audit wrong token", "GET", "/v1/admin/stock/SKU-1/audit", "", "", "Bearer x", ``, 401, "unauthorized"},
 		{"admin negative stock", "PUT", "/v1/admin/stock/SKU-1", "", js, bearer, `{"available":-1}`, 400, "invalid-request"},
-		{"admin stock missing", "PUT", "/v1/admin/stock/SKU-1", "", js, bearer, `{}`, 400, "invalid-request"},
-		{"admin stock string", "PUT", "/v1/admin/stock/SKU-1", "", js, bearer, `{"available":"9"}`, 400, "invalid-request"},
-		{"admin stock too big", "PUT", "/v1/admin/stock/SKU-1", "", js, bearer, `{"available":10000000000}`, 400, "invalid-request"},
-		{"admin bad sku", "PUT", "/v1/admin/stock/bad%20sku", "", js, bearer, `{"available":1}`, 400, "invalid-request"},
-		{"stock bad sku", "GET", "/v1/stock/bad%20sku", "", "", "", ``, 400, "invalid-request"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := map[string]string{}

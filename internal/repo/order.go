@@ -143,8 +143,12 @@ func takeAllowance(tx *gorm.DB, buyer, sku string, q, limit int64, plain bool) e
 		err = tx.Clauses(clause.OnConflict{DoUpdates: clause.Assignments(map[string]any{"quantity": h + q})}).Create(&row).Error
 		return translate(ctx, "write allowance", err)
 	}
-	if q > limit {
-		return &service.LimitError{Limit: limit, Requested: q}
+	if q > limit { // refused whatever the buyer holds; say what that is
+		h, err := heldBy(tx, buyer, sku, false)
+		if err != nil {
+			return err
+		}
+		return &service.LimitError{Limit: limit, Held: h, Requested: q}
 	}
 	// INSERT ... ON DUPLICATE KEY UPDATE; affected rows: 1 inserted, 2
 	// updated, 0 left as it was (refused).

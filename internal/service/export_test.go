@@ -34,3 +34,15 @@ func Admitted(s *Service, sku string) int {
 	}
 	return 0
 }
+
+// RedisDownUntil returns when s takes the SKU lock again after Redis failed
+// to answer (the zero time when it is not skipping it; for tests).
+func RedisDownUntil(s *Service) time.Time {
+	if n := s.redisDownUntil.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// EndRedisBackoff ends s's window of skipping the SKU lock now (for tests).
+func EndRedisBackoff(s *Service) { s.redisDownUntil.Store(0) }

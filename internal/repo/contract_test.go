@@ -1,0 +1,41 @@
+package repo_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/seckill/stock/internal/repo"
+	"github.com/seckill/stock/internal/service/servicetest"
+	"github.com/seckill/stock/internal/testserver"
+)
+
+// The MySQL store keeps the Store contract (the in-memory store of
+// servicetest runs the same cases).
+func TestStoreContract(t *testing.T) {
+	t.Parallel()
+	servicetest.StoreContract(t, func(t *testing.T) servicetest.ContractStore {
+		dsn := testserver.Database(t)
+		s, err := repo.Open(context.Background(), dsn, repo.Options{MaxOpenConns: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		if _, err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return servicetest.ContractStore{Store: s, LedgerRows: func(t *testing.T, sku string) int {
+			t.Helper()
+			var n int
+			if err := db.QueryRow("SELECT COUNT(*) FROM stock_ledger WHERE sku = ?", sku).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}}
+	})
+}

@@ -1,0 +1,159 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/service/servicetest"
+)
+
+// lineUp holds the SKU lock as another instance would, starts a leader
+// (its batch of one waits for the lock), then queues reqs in the line one
+// by one, so their order in the line is the order of reqs.
+func (u *unit) lineUp(t *testing.T, ctxs []context.Context, reqs []service.PlaceRequest) (*servicetest.Hold, <-chan placed, []<-chan placed) {
+	t.Helper()
+	h, err := u.locks.Lock(u.sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead := u.placeAsync(context.Background(), u.req("lead", 1))
+	waitFor(t, "the leader waiting for the lock", func() bool { return u.locks.Waiting(u.sku) == 1 })
+	var out []<-chan placed
+	for i, r := range reqs {
+		out = append(out, u.placeAsync(ctxs[i], r))
+		waitFor(t, fmt.Sprintf("%d orders in line", i+1), func() bool { return service.Waiting(u.svc, u.sku) == i+1 })
+	}
+	return h, lead, out
+}
+
+func background(n int) []context.Context {
+	out := make([]context.Context, n)
+	for i := range out {
+		out[i] = context.Background()
+	}
+	return out
+}
+
+// Orders of one SKU that wait while it is served go into one batch under
+// one lock hold, and each gets its own order back.
+func TestCombinerBatchesTheLine(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t, service.Config{BatchMax: 64})
+	u.setStock(t, u.sku, 100, 0)
+	var reqs []service.PlaceRequest
+	for i := range 8 {
+		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: 1 + i%3})
+	}
+	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-lead; p.err != nil {
+		t.Fatal(p.err)
+	}
+	var fence int64
+	ids := map[int64]bool{}
+	for i, ch := range waiting {
+		p := <-ch
+		r := reqs[i]
+		if p.err != nil || p.replayed || p.o.Buyer != r.Buyer || p.o.Key != r.Key || p.o.Quantity != r.Quantity || ids[p.o.ID] || p.o.Fence == nil {
+			t.Fatalf("order %d (%s/%s x%d) = %+v, %v; want its own new order with a fence", i, r.Buyer, r.Key, r.Quantity, p.o, p.err)
+		}
+		ids[p.o.ID] = true
+		if i == 0 {
+			fence = *p.o.Fence
+		} else if *p.o.Fence != fence {
+			t.Fatalf("order %d has fence %d, order 0 fence %d; want one lock hold for the batch", i, *p.o.Fence, fence)
+		}
+	}
+	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, len(reqs)}) {
+		t.Fatalf("batch sizes %v; want [1 %d]: the leader alone, then the whole line", got, len(reqs))
+	}
+	if a := u.audit(t); !a.Consistent || a.Orders != int64(len(reqs)+1) {
+		t.Fatalf("audit = %+v; want consistent with %d orders", a, len(reqs)+1)
+	}
+}
+
+// A batch that runs out of stock part-way is filled in arrival order: the
+// orders that fit are placed (a later, smaller one too), the others are
+// sold out, and the SKU is then answered sold out from memory.
+func TestCombinerSellsOutMidBatch(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t, service.Config{BatchMax: 64})
+	u.setStock(t, u.sku, 1+4, 0) // the leader's unit, then 4 for the batch
+	qs := []int{2, 3, 1, 1, 1}
+	wantPlaced := []bool{true, false, true, true, false}
+	var reqs []service.PlaceRequest
+	for i, q := range qs {
+		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: q})
+	}
+	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-lead; p.err != nil {
+		t.Fatal(p.err)
+	}
+	for i, ch := range waiting {
+		p := <-ch
+		if wantPlaced[i] != (p.err == nil) || !wantPlaced[i] && !errors.Is(p.err, service.ErrSoldOut) {
+			t.Fatalf("order %d (x%d) of a batch over 4 units = %v; want placed %v, else sold out", i, qs[i], p.err, wantPlaced[i])
+		}
+	}
+	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, len(reqs)}) {
+		t.Fatalf("batch sizes %v; want [1 %d]", got, len(reqs))
+	}
+	if a := u.audit(t); !a.Consistent || a.Available != 0 || a.Orders != 4 {
+		t.Fatalf("audit = %+v; want consistent, sold out, 4 orders", a)
+	}
+	if !service.SoldOutKnown(u.svc, u.sku) {
+		t.Fatal("the sold-out fast path does not know the SKU after a batch sold it out")
+	}
+	batches := len(u.store.Stats().BatchSizes)
+	if _, _, err := u.svc.Place(context.Background(), u.req("late", 1)); !errors.Is(err, service.ErrSoldOut) || len(u.store.Stats().BatchSizes) != batches {
+		t.Fatalf("a late order = %v after %d more batches; want ErrSoldOut from memory", err, len(u.store.Stats().BatchSizes)-batches)
+	}
+}
+
+// A client that gives up while its order waits in line leaves it: it is
+// answered ErrUnavailable, nothing is written for it, and the orders around
+// it are placed.
+func TestCombinerClientLeavesTheLine(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t, service.Config{BatchMax: 64})
+	u.setStock(t, u.sku, 100, 0)
+	ctxs := background(3)
+	quit, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctxs[1] = quit
+	reqs := []service.PlaceRequest{u.req("k0", 1), u.req("k1", 1), u.req("k2", 1)}
+	h, lead, waiting := u.lineUp(t, ctxs, reqs)
+	cancel()
+	if p := <-waiting[1]; !errors.Is(p.err, service.ErrUnavailable) || !errors.Is(p.err, context.Canceled) {
+		t.Fatalf("order that gave up in line = %v; want ErrUnavailable (context canceled)", p.err)
+	}
+	if n := service.Waiting(u.svc, u.sku); n != 2 {
+		t.Fatalf("orders in line after one gave up = %d; want 2", n)
+	}
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan placed{lead, waiting[0], waiting[2]} {
+		if p := <-ch; p.err != nil {
+			t.Fatal(p.err)
+		}
+	}
+	if _, err := u.store.OrderByKey(context.Background(), "b1", "k1"); !errors.Is(err, service.ErrOrderNotFound) {
+		t.Fatalf("order of the client that left = %v; want none", err)
+	}
+	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("batch sizes %v; want [1 2]: the one that left is not in the batch", got)
+	}
+	if a := u.audit(t); !a.Consistent || a.Orders != 3 {
+		t.Fatalf("audit = %+v; want 3 orders", a)
+	}
+}

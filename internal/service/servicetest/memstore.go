@@ -1,0 +1,686 @@
+// Package servicetest holds test doubles of the service's dependencies, for
+// tests only: MemStore, an in-memory service.Store with the semantics of the
+// MySQL store (internal/repo), Locker, an in-process service.Locker, and
+// StoreContract, the cases that pin what every service.Store does (run
+// against both stores, so the double cannot drift from the real one).
+// Nothing outside _test.go files may import it.
+package servicetest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// MemStore is an in-memory service.Store with the semantics of the MySQL
+// store: the checks of each Write mode in the same order, ErrConflict when
+// a versioned write finds the version moved, ErrDuplicateKey, the per-buyer
+// limit counted in quantity per (buyer, SKU) while a limit is set, ledger
+// entries, BeforeCommit's error rolling back, batches filled in order while
+// stock lasts. It is safe for concurrent use.
+//
+// Like a transaction under REPEATABLE READ, WritePlain and WriteVersioned
+// read the stock row first and write it later, so concurrent writers can
+// interleave there: plain writes then lose updates (as the unguarded
+// strategies do on MySQL) and versioned ones conflict. A writer holds the
+// SKU's row from its write to its commit, BeforeCommit included; reads never
+// wait for it and see the last committed state.
+//
+// Its hooks (ConflictNext, FailNext, AfterRead, Stats) drive and observe
+// the paths a real database produces only by chance.
+type MemStore struct {
+	rowsMu sync.Mutex
+	rows   map[string]*sync.Mutex // the SKUs' row locks, held from a write to its commit
+
+	mu        sync.Mutex
+	stock     map[string]*memStock
+	orders    map[int64]service.Order
+	byKey     map[service.BuyerKey]int64
+	pending   map[service.BuyerKey]bool // keys of writes not yet committed
+	purchases map[buyerSKU]int64
+	ledger    map[string][]ledgerEntry
+	lastID    int64
+
+	conflicts int
+	failures  []error
+	afterRead func(sku string)
+	stats     Stats
+}
+
+type memStock struct {
+	service.Stock
+	stocked int64
+}
+
+type buyerSKU struct{ buyer, sku string }
+
+type ledgerEntry struct {
+	restock bool
+	delta   int64
+}
+
+// Stats counts the writes a MemStore was asked for, rolled back ones
+// included.
+type Stats struct {
+	Deducts    map[service.Write]int // Deduct calls by Write mode
+	BatchSizes []int                 // the item count of each DeductBatch call, in call order
+	SetStocks  int
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore {
+	return &MemStore{
+		rows:      make(map[string]*sync.Mutex),
+		stock:     make(map[string]*memStock),
+		orders:    make(map[int64]service.Order),
+		byKey:     make(map[service.BuyerKey]int64),
+		pending:   make(map[service.BuyerKey]bool),
+		purchases: make(map[buyerSKU]int64),
+		ledger:    make(map[string][]ledgerEntry),
+		stats:     Stats{Deducts: make(map[service.Write]int)},
+	}
+}
+
+var _ service.Store = (*MemStore)(nil)
+
+// ConflictNext makes the next n versioned writes (Deduct with
+// WriteVersioned, DeductBatch) return service.ErrConflict, writing nothing,
+// as if another writer had moved the version after their read.
+func (m *MemStore) ConflictNext(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.conflicts = n
+}
+
+// FailNext makes the next n writes (Deduct, DeductBatch, SetStock) return
+// err, writing nothing: service.ErrUnavailable for a database that does not
+// answer, service.ErrDuplicateKey for a concurrent insert that later rolled
+// back, and so on.
+func (m *MemStore) FailNext(n int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failures = m.failures[:0]
+	for range n {
+		m.failures = append(m.failures, err)
+	}
+}
+
+// AfterRead, if f is not nil, runs f(sku) in every Deduct and DeductBatch
+// before its write, after the read of the stock row in the modes that read
+// first (WritePlain, WriteVersioned, batches): where a concurrent writer
+// would interleave. f may call the store.
+func (m *MemStore) AfterRead(f func(sku string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.afterRead = f
+}
+
+// Stats returns what the store was asked for so far.
+func (m *MemStore) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Stats{Deducts: make(map[service.Write]int, len(m.stats.Deducts)), BatchSizes: slices.Clone(m.stats.BatchSizes), SetStocks: m.stats.SetStocks}
+	for w, n := range m.stats.Deducts {
+		s.Deducts[w] = n
+	}
+	return s
+}
+
+// LedgerRows counts sku's ledger entries.
+func (m *MemStore) LedgerRows(sku string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ledger[sku])
+}
+
+// injected returns the error a hook asks the next write for, if any. The
+// caller holds m.mu.
+func (m *MemStore) injected(versioned bool) error {
+	if len(m.failures) > 0 {
+		err := m.failures[0]
+		m.failures = m.failures[1:]
+		return err
+	}
+	if versioned && m.conflicts > 0 {
+		m.conflicts--
+		return service.ErrConflict
+	}
+	return nil
+}
+
+func ctxErr(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("servicetest: %s: %w", op, errors.Join(service.ErrUnavailable, err))
+	}
+	return nil
+}
+
+// rowLock returns sku's row lock, locked.
+func (m *MemStore) rowLock(sku string) *sync.Mutex {
+	m.rowsMu.Lock()
+	l := m.rows[sku]
+	if l == nil {
+		l = new(sync.Mutex)
+		m.rows[sku] = l
+	}
+	m.rowsMu.Unlock()
+	l.Lock()
+	return l
+}
+
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// OrderByKey returns the buyer's order of key, or service.ErrOrderNotFound.
+func (m *MemStore) OrderByKey(ctx context.Context, buyer, key string) (service.Order, error) {
+	if err := ctxErr(ctx, "find order"); err != nil {
+		return service.Order{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, ok := m.byKey[service.BuyerKey{Buyer: buyer, Key: key}]
+	if !ok {
+		return service.Order{}, service.ErrOrderNotFound
+	}
+	return cloneOrder(m.orders[id]), nil
+}
+
+// Order returns an order by id, or service.ErrOrderNotFound.
+func (m *MemStore) Order(ctx context.Context, id int64) (service.Order, error) {
+	if err := ctxErr(ctx, "find order"); err != nil {
+		return service.Order{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.orders[id]
+	if !ok {
+		return service.Order{}, service.ErrOrderNotFound
+	}
+	return cloneOrder(o), nil
+}
+
+// Orders returns the buyer's orders of sku ("" for all) with ids below
+// before (0: from the newest), newest first, at most limit.
+func (m *MemStore) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error) {
+	if err := ctxErr(ctx, "list orders"); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []service.Order
+	for _, o := range m.orders {
+		if o.Buyer == buyer && (sku == "" || o.SKU == sku) && (before <= 0 || o.ID < before) {
+			out = append(out, cloneOrder(o))
+		}
+	}
+	slices.SortFunc(out, func(a, b service.Order) int { return cmp.Compare(b.ID, a.ID) })
+	if len(out) > limit {
+		out = out[:max(limit, 0)]
+	}
+	return out, nil
+}
+
+// Stock returns the stock row of sku, or service.ErrUnknownSKU.
+func (m *MemStore) Stock(ctx context.Context, sku string) (service.Stock, error) {
+	if err := ctxErr(ctx, "read stock"); err != nil {
+		return service.Stock{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.stock[sku]
+	if !ok {
+		return service.Stock{}, service.ErrUnknownSKU
+	}
+	return st.Stock, nil
+}
+
+// Precheck returns the stock row of sku and the buyer's order of key (of
+// whatever SKU), if any, in one snapshot; service.ErrUnknownSKU for an
+// unknown SKU.
+func (m *MemStore) Precheck(ctx context.Context, sku, buyer, key string) (service.Stock, *service.Order, error) {
+	if err := ctxErr(ctx, "precheck"); err != nil {
+		return service.Stock{}, nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.stock[sku]
+	if !ok {
+		return service.Stock{}, nil, service.ErrUnknownSKU
+	}
+	id, ok := m.byKey[service.BuyerKey{Buyer: buyer, Key: key}]
+	if !ok {
+		return st.Stock, nil, nil
+	}
+	o := cloneOrder(m.orders[id])
+	return st.Stock, &o, nil
+}
+
+// SoldOutKeys reads in one snapshot whether sku is sold out (available 0)
+// and, if so, the buyer and key of each of its orders; complete is false
+// when it is unknown, not sold out, or has more than max orders.
+func (m *MemStore) SoldOutKeys(ctx context.Context, sku string, max int) ([]service.BuyerKey, bool, error) {
+	if err := ctxErr(ctx, "read sold-out keys"); err != nil {
+		return nil, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.stock[sku]
+	if !ok || st.Available != 0 {
+		return nil, false, nil
+	}
+	var keys []service.BuyerKey
+	for _, o := range m.orders {
+		if o.SKU == sku {
+			if len(keys) == max {
+				return nil, false, nil
+			}
+			keys = append(keys, service.BuyerKey{Buyer: o.Buyer, Key: o.Key})
+		}
+	}
+	return keys, true, nil
+}
+
+// SetStock creates sku or sets its available count and per-buyer limit,
+// with a restock ledger entry when the count changes (or the SKU is new).
+// Setting the current count bumps no version and writes no entry. Switching
+// a limit on (from 0) recounts what each buyer holds from the orders.
+func (m *MemStore) SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (service.Stock, error) {
+	if err := ctxErr(ctx, "set stock"); err != nil {
+		return service.Stock{}, err
+	}
+	row := m.rowLock(sku)
+	defer row.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stats.SetStocks++
+	if err := m.injected(false); err != nil {
+		return service.Stock{}, err
+	}
+	st, exists := m.stock[sku]
+	if !exists {
+		st = &memStock{Stock: service.Stock{SKU: sku, Available: available, Version: 1, PerBuyerLimit: perBuyerLimit}, stocked: available}
+		m.stock[sku] = st
+		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{restock: true, delta: available})
+		return st.Stock, nil
+	}
+	from := st.PerBuyerLimit
+	if st.Available != available {
+		delta := available - st.Available
+		st.Available = available
+		st.stocked += delta
+		st.Version++
+		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{restock: true, delta: delta})
+	}
+	st.PerBuyerLimit = perBuyerLimit
+	if from == 0 && perBuyerLimit != 0 {
+		for k := range m.purchases {
+			if k.sku == sku {
+				delete(m.purchases, k)
+			}
+		}
+		for _, o := range m.orders {
+			if o.SKU == sku {
+				m.purchases[buyerSKU{o.Buyer, sku}] += int64(o.Quantity)
+			}
+		}
+	}
+	return st.Stock, nil
+}
+
+// Audit reconciles sku from one snapshot, or returns service.ErrUnknownSKU.
+func (m *MemStore) Audit(ctx context.Context, sku string) (service.Audit, error) {
+	if err := ctxErr(ctx, "audit"); err != nil {
+		return service.Audit{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.stock[sku]
+	if !ok {
+		return service.Audit{}, service.ErrUnknownSKU
+	}
+	a := service.Audit{SKU: sku, Available: st.Available, Sold: st.Sold, Stocked: st.stocked, PerBuyerLimit: st.PerBuyerLimit}
+	keys := make(map[service.BuyerKey]bool)
+	held := make(map[string]int64)
+	for _, o := range m.orders {
+		if o.SKU != sku {
+			continue
+		}
+		a.Orders++
+		a.OrderedQuantity += int64(o.Quantity)
+		keys[service.BuyerKey{Buyer: o.Buyer, Key: o.Key}] = true
+		held[o.Buyer] += int64(o.Quantity)
+	}
+	a.DistinctKeys = int64(len(keys))
+	for _, h := range held {
+		a.MaxBuyerHolds = max(a.MaxBuyerHolds, h)
+		if a.PerBuyerLimit > 0 && h > a.PerBuyerLimit {
+			a.BuyersOverLimit++
+		}
+	}
+	if a.PerBuyerLimit > 0 {
+		for k, q := range m.purchases {
+			if k.sku == sku && q != held[k.buyer] {
+				a.LedgerMismatch++
+			}
+		}
+		for b := range held {
+			if _, ok := m.purchases[buyerSKU{b, sku}]; !ok {
+				a.LedgerMismatch++
+			}
+		}
+	}
+	for _, e := range m.ledger[sku] {
+		if e.restock {
+			a.LedgerRestocked += e.delta
+		} else {
+			a.LedgerSold -= e.delta
+		}
+	}
+	a.Check()
+	return a, nil
+}
+
+// staged is a write checked and not yet committed: what commit applies.
+type staged struct {
+	sku       string
+	orders    []service.Order
+	purchases map[buyerSKU]int64 // new values
+	apply     func(st *memStock) // the stock row's change
+}
+
+// stage reserves the orders' ids and keys. The caller holds m.mu.
+func (m *MemStore) stage(s *staged) {
+	for i := range s.orders {
+		m.lastID++
+		s.orders[i].ID = m.lastID
+		m.pending[service.BuyerKey{Buyer: s.orders[i].Buyer, Key: s.orders[i].Key}] = true
+	}
+}
+
+// finish runs beforeCommit without m.mu (the row lock still held), then
+// commits s, or rolls it back when beforeCommit fails.
+func (m *MemStore) finish(s *staged, beforeCommit func() error) error {
+	var err error
+	if beforeCommit != nil {
+		err = beforeCommit()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range s.orders {
+		delete(m.pending, service.BuyerKey{Buyer: o.Buyer, Key: o.Key})
+	}
+	if err != nil {
+		return err
+	}
+	for _, o := range s.orders {
+		m.orders[o.ID] = o
+		m.byKey[service.BuyerKey{Buyer: o.Buyer, Key: o.Key}] = o.ID
+		m.ledger[s.sku] = append(m.ledger[s.sku], ledgerEntry{delta: -int64(o.Quantity)})
+	}
+	for k, q := range s.purchases {
+		m.purchases[k] = q
+	}
+	s.apply(m.stock[s.sku])
+	return nil
+}
+
+// taken reports whether the key has an order or a write in progress. The
+// caller holds m.mu.
+func (m *MemStore) taken(buyer, key string) bool {
+	k := service.BuyerKey{Buyer: buyer, Key: key}
+	_, ok := m.byKey[k]
+	return ok || m.pending[k]
+}
+
+// allowance checks q more units for a buyer holding held under limit (0:
+// none). It returns the new holding or a *service.LimitError.
+func allowance(held, q, limit int64) (int64, error) {
+	if limit <= 0 {
+		return held, nil
+	}
+	if held+q > limit {
+		return 0, &service.LimitError{Limit: limit, Held: held, Requested: q}
+	}
+	return held + q, nil
+}
+
+// read returns a copy of sku's committed stock row, or service.ErrUnknownSKU,
+// then runs the AfterRead hook.
+func (m *MemStore) read(sku string) (memStock, error) {
+	m.mu.Lock()
+	st, ok := m.stock[sku]
+	var cur memStock
+	if ok {
+		cur = *st
+	}
+	hook := m.afterRead
+	m.mu.Unlock()
+	if !ok {
+		return cur, service.ErrUnknownSKU
+	}
+	if hook != nil {
+		hook(sku)
+	}
+	return cur, nil
+}
+
+// Deduct places an order in one transaction, guarded as d.Write says, with
+// the MySQL store's checks in its order: for WriteConditional, unknown SKU,
+// limit, duplicate key, then sold out (by the UPDATE); for the others,
+// unknown SKU and sold out (by the read), limit, duplicate key, then the
+// guard (ErrConflict for WriteVersioned). It returns service.ErrSoldOut, a
+// *service.LimitError, service.ErrUnknownSKU, service.ErrConflict,
+// service.ErrDuplicateKey, an error wrapping service.ErrUnavailable (ctx
+// ended), a hook's error, or the error of d.BeforeCommit.
+func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
+	if err := ctxErr(ctx, "deduct"); err != nil {
+		return service.Order{}, err
+	}
+	m.mu.Lock()
+	m.stats.Deducts[d.Write]++
+	err := m.injected(d.Write == service.WriteVersioned)
+	m.mu.Unlock()
+	if err != nil {
+		return service.Order{}, err
+	}
+	q := int64(d.Quantity)
+	var snap memStock
+	switch d.Write {
+	case service.WritePlain, service.WriteVersioned:
+		if snap, err = m.read(d.SKU); err != nil {
+			return service.Order{}, err
+		}
+		if snap.Available < q {
+			return service.Order{}, service.ErrSoldOut
+		}
+	case service.WriteConditional, service.WriteForUpdate:
+		m.mu.Lock()
+		hook := m.afterRead
+		m.mu.Unlock()
+		if hook != nil {
+			hook(d.SKU)
+		}
+	default:
+		return service.Order{}, fmt.Errorf("servicetest: unknown write mode %d", d.Write)
+	}
+
+	row := m.rowLock(d.SKU)
+	defer row.Unlock()
+	m.mu.Lock()
+	cur, ok := m.stock[d.SKU]
+	if !ok {
+		m.mu.Unlock()
+		return service.Order{}, service.ErrUnknownSKU
+	}
+	limit := snap.PerBuyerLimit
+	switch d.Write {
+	case service.WriteForUpdate:
+		// The locking read: the row as it is now.
+		if cur.Available < q {
+			m.mu.Unlock()
+			return service.Order{}, service.ErrSoldOut
+		}
+		limit = cur.PerBuyerLimit
+	case service.WriteConditional:
+		limit = cur.PerBuyerLimit
+	}
+	s := &staged{sku: d.SKU}
+	if limit > 0 {
+		k := buyerSKU{d.Buyer, d.SKU}
+		h, err := allowance(m.purchases[k], q, limit)
+		if err != nil {
+			m.mu.Unlock()
+			return service.Order{}, err
+		}
+		s.purchases = map[buyerSKU]int64{k: h}
+	}
+	if m.taken(d.Buyer, d.Key) {
+		m.mu.Unlock()
+		return service.Order{}, service.ErrDuplicateKey
+	}
+	switch d.Write {
+	case service.WritePlain:
+		// Absolute values from the read: a lost update when writers overlap.
+		s.apply = func(st *memStock) {
+			st.Available, st.Sold, st.Version = snap.Available-q, snap.Sold+q, st.Version+1
+		}
+	case service.WriteVersioned:
+		if cur.Version != snap.Version || cur.Available < q {
+			m.mu.Unlock()
+			return service.Order{}, service.ErrConflict
+		}
+		s.apply = sale(q)
+	case service.WriteConditional:
+		if cur.Available < q {
+			m.mu.Unlock()
+			return service.Order{}, service.ErrSoldOut
+		}
+		s.apply = sale(q)
+	case service.WriteForUpdate:
+		s.apply = sale(q)
+	}
+	s.orders = []service.Order{{Buyer: d.Buyer, Key: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity,
+		Fence: clonePtr(d.Fence), CreatedAt: now()}}
+	m.stage(s)
+	m.mu.Unlock()
+	if err := m.finish(s, d.BeforeCommit); err != nil {
+		return service.Order{}, err
+	}
+	return cloneOrder(s.orders[0]), nil
+}
+
+func sale(q int64) func(st *memStock) {
+	return func(st *memStock) { st.Available, st.Sold, st.Version = st.Available-q, st.Sold+q, st.Version+1 }
+}
+
+// DeductBatch places the batch's orders in one transaction, filled in
+// order while stock lasts (an item that does not fit is sold out; a later,
+// smaller one may still fit), ending with one versioned write of the total.
+// Per item it returns the order, or service.ErrSoldOut, a
+// *service.LimitError or service.ErrDuplicateKey (a key with an order, or
+// earlier in the batch). An item is checked for stock first, then, in a
+// batch of several, for its key before the limit, and in a batch of one for
+// the limit before its key, as the MySQL store does. A batch that places
+// nothing writes nothing and does not run BeforeCommit. Its error
+// (service.ErrConflict, service.ErrUnknownSKU, an error wrapping
+// service.ErrUnavailable, a hook's error, or that of b.BeforeCommit) means
+// nothing was written.
+func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
+	if err := ctxErr(ctx, "deduct batch"); err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	m.stats.BatchSizes = append(m.stats.BatchSizes, len(b.Items))
+	err := m.injected(true)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	snap, err := m.read(b.SKU)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	row := m.rowLock(b.SKU)
+	defer row.Unlock()
+	m.mu.Lock()
+	orders, errs := make([]service.Order, len(b.Items)), make([]error, len(b.Items))
+	s := &staged{sku: b.SKU, purchases: make(map[buyerSKU]int64)}
+	inBatch := make(map[service.BuyerKey]bool)
+	var placed []int
+	left, total := snap.Available, int64(0)
+	at := now()
+	for i, it := range b.Items {
+		q := int64(it.Quantity)
+		k := service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
+		dup := m.taken(it.Buyer, it.Key) || inBatch[k]
+		if q > left {
+			errs[i] = service.ErrSoldOut
+			continue
+		}
+		if dup && len(b.Items) > 1 {
+			errs[i] = service.ErrDuplicateKey
+			continue
+		}
+		pk := buyerSKU{it.Buyer, b.SKU}
+		h, counted := s.purchases[pk]
+		if !counted {
+			h = m.purchases[pk]
+		}
+		h, err := allowance(h, q, snap.PerBuyerLimit)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if dup {
+			errs[i] = service.ErrDuplicateKey
+			continue
+		}
+		if snap.PerBuyerLimit > 0 {
+			s.purchases[pk] = h
+		}
+		inBatch[k] = true
+		left -= q
+		total += q
+		placed = append(placed, i)
+		fence := b.Fence
+		s.orders = append(s.orders, service.Order{Buyer: it.Buyer, Key: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
+			Quantity: it.Quantity, Fence: &fence, CreatedAt: at})
+	}
+	if total == 0 {
+		m.mu.Unlock()
+		return orders, errs, nil
+	}
+	if cur := m.stock[b.SKU]; cur.Version != snap.Version || cur.Available < total {
+		m.mu.Unlock()
+		return nil, nil, service.ErrConflict
+	}
+	s.apply = sale(total)
+	m.stage(s)
+	m.mu.Unlock()
+	if err := m.finish(s, b.BeforeCommit); err != nil {
+		return nil, nil, err
+	}
+	for j, i := range placed {
+		orders[i] = cloneOrder(s.orders[j])
+	}
+	return orders, errs, nil
+}
+
+func clonePtr(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func cloneOrder(o service.Order) service.Order {
+	o.Fence = clonePtr(o.Fence)
+	return o
+}

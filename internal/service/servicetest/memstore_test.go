@@ -1,0 +1,16 @@
+package servicetest_test
+
+import (
+	"testing"
+
+	"github.com/seckill/stock/internal/service/servicetest"
+)
+
+// MemStore keeps the contract of the MySQL store (internal/repo runs the
+// same cases against MySQL).
+func TestMemStoreContract(t *testing.T) {
+	servicetest.StoreContract(t, func(t *testing.T) servicetest.ContractStore {
+		m := servicetest.NewMemStore()
+		return servicetest.ContractStore{Store: m, LedgerRows: func(_ *testing.T, sku string) int { return m.LedgerRows(sku) }}
+	})
+}
