@@ -59,13 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	var log *slog.Logger
-	if cfg.LogJSON {
-		log = slog.New(slog.NewJSONHandler(stderr, opts))
-	} else {
-		log = slog.New(slog.NewTextHandler(stderr, opts))
-	}
+	log := app.NewLogger(cfg, stderr)
 	// go-redis logs through a package-level logger (its only hook): route its
 	// lines into this process's structured log.
 	redisLog.Store(log)

@@ -1,8 +1,9 @@
 // Package app assembles a stock server from its configuration: the MySQL
 // store, the Redis client, the SKU lock, the service, the stock-change
-// listener, the rate limiters and the HTTP handler. cmd/stock serves what it
-// builds, and every full-stack test builds its servers with the same New
-// (through internal/apptest), so the two cannot drift apart.
+// listener, the rate limiters, the HTTP handler and, when configured, the
+// tracer provider. cmd/stock serves what it builds, and every full-stack
+// test builds its servers with the same New (through internal/apptest), so
+// the two cannot drift apart.
 package app
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/handler"
@@ -46,6 +48,7 @@ type Option func(*options)
 type options struct {
 	locker   service.Locker
 	critical func()
+	tracer   trace.TracerProvider
 }
 
 // WithLocker replaces the SKU lock (tests that script the lock's answers).
@@ -54,6 +57,10 @@ func WithLocker(l service.Locker) Option { return func(o *options) { o.locker = 
 // WithCriticalSection runs f inside every order's transaction just before
 // COMMIT (tests that land a pause or a fault in the critical section).
 func WithCriticalSection(f func()) Option { return func(o *options) { o.critical = f } }
+
+// WithTracerProvider traces the server with tp, whatever cfg.Tracing says
+// (tests that record spans). The caller shuts tp down.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
 // New builds a server from cfg. It checks that the database is migrated; the
 // stock-change listener runs until Close.
@@ -74,6 +81,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	tokens, err := TokenVerifier(cfg)
 	if err != nil {
 		return nil, err
+	}
+	tp := o.tracer
+	if tp == nil && cfg.Tracing {
+		sdk, err := newTracerProvider(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		// Closed last: the spans of the last requests are flushed.
+		a.closers = append(a.closers, func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := sdk.Shutdown(sctx); err != nil {
+				log.Warn("tracing: spans not flushed at shutdown", "err", err)
+			}
+		})
+		tp = sdk
+		log.Info("tracing on: spans exported over OTLP/HTTP")
+	}
+	var tracer trace.Tracer
+	if tp != nil {
+		tracer = tp.Tracer(service.TracerName)
 	}
 	if a.Store, err = repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns}); err != nil {
 		return nil, mysqlStartErr(cfg.MySQLDSN, err)
@@ -130,6 +158,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		SoldOutTTL:          cfg.SoldOutTTL,
 		Events:              events,
 		CriticalSectionHook: o.critical,
+		Tracer:              tracer,
 	}
 	if cfg.SoldOutTTL == 0 {
 		svcCfg.SoldOutTTL = -1
@@ -157,6 +186,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		MaxInflight:    int64(cfg.MaxInflight),
 		TrustedProxies: cfg.TrustedProxies,
 		ServeMetrics:   cfg.MetricsPublic,
+		TracerProvider: tp,
+		Propagator:     propagator,
 	}
 	if cfg.RateIP > 0 {
 		hcfg.Limiter = newIPLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
@@ -172,8 +203,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	return a, nil
 }
 
-// Close stops the listener and closes the lock client, Redis and MySQL. It
-// does not wait for requests: shut the HTTP server down first.
+// Close stops the listener, closes the lock client, Redis and MySQL, and
+// flushes and stops the tracer provider New made. It does not wait for
+// requests: shut the HTTP server down first.
 func (a *App) Close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()

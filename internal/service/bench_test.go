@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/service"
@@ -65,6 +66,17 @@ func benchPlace(b *testing.B, svc *service.Service) {
 // strategy (lock+version, combining on), with an in-memory store and lock.
 func BenchmarkPlace(b *testing.B) {
 	svc := service.New(service.Config{Strategy: service.StrategyLockVersion, BatchMax: 64, LockWait: time.Second},
+		memStore{}, memLocker{}, nil, metrics.New(prometheus.NewRegistry()))
+	benchPlace(b, svc)
+}
+
+// BenchmarkPlaceTraced is BenchmarkPlace with every order traced (spans
+// built and ended, exported nowhere): the cost of tracing on.
+func BenchmarkPlaceTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	svc := service.New(service.Config{Strategy: service.StrategyLockVersion, BatchMax: 64, LockWait: time.Second,
+		Tracer: tp.Tracer(service.TracerName)},
 		memStore{}, memLocker{}, nil, metrics.New(prometheus.NewRegistry()))
 	benchPlace(b, svc)
 }
