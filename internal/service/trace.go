@@ -28,7 +28,6 @@ const (
 	attrBatchSize = attribute.Key("stock.batch.size")
 	attrLockWait  = attribute.Key("stock.lock.wait_ms")
 	attrLockGot   = attribute.Key("stock.lock.acquired")
-	attrLockRes   = attribute.Key("stock.lock.outcome")
 	attrWrite     = attribute.Key("stock.write")
 	attrAttempt   = attribute.Key("stock.attempt")
 	attrDBSystem  = attribute.Key("db.system.name")
