@@ -19,6 +19,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 
 	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/auth"
@@ -59,17 +60,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	var log *slog.Logger
-	if cfg.LogJSON {
-		log = slog.New(slog.NewJSONHandler(stderr, opts))
-	} else {
-		log = slog.New(slog.NewTextHandler(stderr, opts))
-	}
+	log := app.NewLogger(cfg, stderr)
 	// go-redis logs through a package-level logger (its only hook): route its
 	// lines into this process's structured log.
 	redisLog.Store(log)
 	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{}) })
+	// OpenTelemetry reports what it cannot do (an export that failed: the
+	// collector is down) through a process-wide handler: log it here too,
+	// instead of its default plain lines on stderr.
+	otelLog.Store(log)
+	otelLogOnce.Do(func() {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { otelLog.Load().Warn("opentelemetry", "err", err) }))
+	})
 	switch cmd {
 	case "migrate":
 		return migrate(ctx, cfg, stdout)
@@ -86,6 +88,8 @@ type redisLogger struct{}
 var (
 	redisLog     atomic.Pointer[slog.Logger]
 	redisLogOnce sync.Once
+	otelLog      atomic.Pointer[slog.Logger]
+	otelLogOnce  sync.Once
 )
 
 func (redisLogger) Printf(ctx context.Context, format string, v ...any) {

@@ -1,8 +1,9 @@
 // Package app assembles a stock server from its configuration: the MySQL
 // store, the Redis client, the SKU lock, the service, the stock-change
-// listener, the rate limiters and the HTTP handler. cmd/stock serves what it
-// builds, and every full-stack test builds its servers with the same New
-// (through internal/apptest), so the two cannot drift apart.
+// listener, the rate limiters, the HTTP handler and, when configured, the
+// tracer provider. cmd/stock serves what it builds, and every full-stack
+// test builds its servers with the same New (through internal/apptest), so
+// the two cannot drift apart.
 package app
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/handler"
@@ -46,6 +48,7 @@ type Option func(*options)
 type options struct {
 	locker   service.Locker
 	critical func()
+	tracer   trace.TracerProvider
 }
 
 // WithLocker replaces the SKU lock (tests that script the lock's answers).
@@ -54,6 +57,10 @@ func WithLocker(l service.Locker) Option { return func(o *options) { o.locker = 
 // WithCriticalSection runs f inside every order's transaction just before
 // COMMIT (tests that land a pause or a fault in the critical section).
 func WithCriticalSection(f func()) Option { return func(o *options) { o.critical = f } }
+
+// WithTracerProvider traces the server with tp, whatever cfg.Tracing says
+// (tests that record spans). The caller shuts tp down.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
 // New builds a server from cfg. It checks that the database is migrated; the
 // stock-change listener runs until Close.
@@ -75,6 +82,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, err
 	}
+	tp, err := a.tracerProvider(ctx, cfg, o, log)
+	if err != nil {
+		return nil, err
+	}
 	if err := a.openStore(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -85,11 +96,33 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if locker == nil {
 		locker = a.redisLocker(cfg)
 	}
-	a.newService(ctx, cfg, o, locker, log)
-	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, log), a.Service, log, a.Metrics, a.Registry); err != nil {
+	a.newService(ctx, cfg, o, locker, tp, log)
+	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, tp, log), a.Service, log, a.Metrics, a.Registry); err != nil {
 		return nil, fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
 	}
 	return a, nil
+}
+
+// tracerProvider is the test's provider, or the OTLP one when cfg.Tracing
+// (flushed at Close), or nil: tracing off.
+func (a *App) tracerProvider(ctx context.Context, cfg Config, o options, log *slog.Logger) (trace.TracerProvider, error) {
+	if o.tracer != nil || !cfg.Tracing {
+		return o.tracer, nil
+	}
+	sdk, err := newTracerProvider(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Closed last: the spans of the last requests are flushed.
+	a.closers = append(a.closers, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := sdk.Shutdown(sctx); err != nil {
+			log.Warn("tracing: spans not flushed at shutdown", "err", err)
+		}
+	})
+	log.Info("tracing on: spans exported over OTLP/HTTP")
+	return sdk, nil
 }
 
 // openStore opens MySQL and checks the schema is migrated.
@@ -135,7 +168,7 @@ func (a *App) redisLocker(cfg Config) service.Locker {
 
 // newService makes the service and starts the listener of other instances'
 // stock changes.
-func (a *App) newService(ctx context.Context, cfg Config, o options, locker service.Locker, log *slog.Logger) {
+func (a *App) newService(ctx context.Context, cfg Config, o options, locker service.Locker, tp trace.TracerProvider, log *slog.Logger) {
 	if !cfg.Strategy.Info().Safe {
 		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
 	}
@@ -151,6 +184,9 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 		SoldOutTTL:          cfg.SoldOutTTL,
 		Events:              events,
 		CriticalSectionHook: o.critical,
+	}
+	if tp != nil {
+		svcCfg.Tracer = tp.Tracer(service.TracerName)
 	}
 	if cfg.SoldOutTTL == 0 {
 		svcCfg.SoldOutTTL = -1
@@ -169,7 +205,7 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 
 // handlerConfig is the HTTP edge's configuration: probes, tokens, caps and
 // rate limits.
-func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, log *slog.Logger) handler.Config {
+func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerProvider, log *slog.Logger) handler.Config {
 	rdb, m := a.Redis, a.Metrics
 	hcfg := handler.Config{
 		AdminToken: cfg.AdminToken,
@@ -182,6 +218,8 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, log *slog.Logger)
 		MaxInflight:    int64(cfg.MaxInflight),
 		TrustedProxies: cfg.TrustedProxies,
 		ServeMetrics:   cfg.MetricsPublic,
+		TracerProvider: tp,
+		Propagator:     propagator,
 	}
 	if cfg.RateIP > 0 {
 		hcfg.Limiter = newIPLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
@@ -194,8 +232,9 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, log *slog.Logger)
 	return hcfg
 }
 
-// Close stops the listener and closes the lock client, Redis and MySQL. It
-// does not wait for requests: shut the HTTP server down first.
+// Close stops the listener, closes the lock client, Redis and MySQL, and
+// flushes and stops the tracer provider New made. It does not wait for
+// requests: shut the HTTP server down first.
 func (a *App) Close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()

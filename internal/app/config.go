@@ -72,10 +72,19 @@ type Config struct {
 	// CriticalDelay pauses inside the critical section, before COMMIT. For
 	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
 	CriticalDelay time.Duration
+	// Tracing exports traces over OTLP/HTTP: on when the standard
+	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is
+	// set, unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The
+	// exporter reads the other OTEL_EXPORTER_OTLP_* variables itself.
+	Tracing bool
+	// ServiceName is OTEL_SERVICE_NAME (empty: "stock", or the service.name
+	// of OTEL_RESOURCE_ATTRIBUTES).
+	ServiceName string
 }
 
-// ParseEnv reads the configuration from the STOCK_ variables of getenv; its
-// error names the first bad variable.
+// ParseEnv reads the configuration from the STOCK_ variables of getenv and
+// the OTEL_ variables that switch tracing on; its error names the first bad
+// variable.
 func ParseEnv(getenv func(string) string) (Config, error) {
 	p := envParser{getenv: getenv}
 	c := Config{
@@ -180,6 +189,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	default:
 		p.fail("STOCK_LOG_LEVEL", fmt.Sprintf("%q; want debug, info, warn or error", v))
 	}
+	c.Tracing, c.ServiceName = p.tracing()
 	switch v := p.str("STOCK_LOG_FORMAT", "json"); v {
 	case "json":
 		c.LogJSON = true
@@ -249,4 +259,31 @@ func (p *envParser) boolean(name string, def bool) bool {
 		return def
 	}
 	return b
+}
+
+// tracing reads the standard OpenTelemetry variables that decide whether
+// traces are exported, and OTEL_SERVICE_NAME.
+func (p *envParser) tracing() (on bool, serviceName string) {
+	on = p.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || p.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	if v := p.getenv("OTEL_SDK_DISABLED"); v != "" {
+		if off, err := strconv.ParseBool(v); err != nil {
+			p.fail("OTEL_SDK_DISABLED", fmt.Sprintf("%q is not a boolean (true, false)", v))
+		} else if off {
+			on = false
+		}
+	}
+	switch v := p.getenv("OTEL_TRACES_EXPORTER"); v {
+	case "", "otlp":
+	case "none":
+		on = false
+	default:
+		p.fail("OTEL_TRACES_EXPORTER", fmt.Sprintf("%q; want otlp or none", v))
+	}
+	// The exporter is OTLP/HTTP; it would ignore a request for gRPC.
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+		if v := p.getenv(name); v != "" && v != "http/protobuf" {
+			p.fail(name, fmt.Sprintf("%q; only http/protobuf is supported", v))
+		}
+	}
+	return on, p.getenv("OTEL_SERVICE_NAME")
 }

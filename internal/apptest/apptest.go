@@ -6,6 +6,7 @@ package apptest
 
 import (
 	"context"
+	"log/slog"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -64,7 +65,13 @@ type Server struct {
 // Start builds a server with app.New and serves it until the end of the test.
 func Start(t testing.TB, cfg app.Config, opts ...app.Option) *Server {
 	t.Helper()
-	a, err := app.New(context.Background(), cfg, nil, opts...)
+	return StartLogged(t, cfg, nil, opts...)
+}
+
+// StartLogged is Start with the server logging to log (nil: nowhere).
+func StartLogged(t testing.TB, cfg app.Config, log *slog.Logger, opts ...app.Option) *Server {
+	t.Helper()
+	a, err := app.New(context.Background(), cfg, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

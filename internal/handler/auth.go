@@ -37,7 +37,7 @@ func (h *Handler) buyerAuth(admin bool) gin.HandlerFunc {
 		}
 		if err != nil {
 			if lok, n := h.budget.take(time.Now()); lok {
-				h.log.Info("buyer authentication failed", "route", c.FullPath(), "reason", err.Error(),
+				h.log.InfoContext(c.Request.Context(), "buyer authentication failed", "route", c.FullPath(), "reason", err.Error(),
 					"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(), "suppressed_4xx_lines", n)
 			}
 			c.Header("WWW-Authenticate", `Bearer realm="stock", error="invalid_token"`)

@@ -125,7 +125,7 @@ func observe(m *metrics.Metrics, log *slog.Logger, budget *logBudget) gin.Handle
 		case status >= 400:
 			level = slog.LevelInfo
 		}
-		if !log.Enabled(c, level) {
+		if !log.Enabled(c.Request.Context(), level) {
 			return
 		}
 		var suppressed int64
@@ -141,7 +141,7 @@ func observe(m *metrics.Metrics, log *slog.Logger, budget *logBudget) gin.Handle
 		if suppressed > 0 {
 			attrs = append(attrs, slog.Int64("suppressed_4xx_lines", suppressed))
 		}
-		log.LogAttrs(c, level, "request", attrs...)
+		log.LogAttrs(c.Request.Context(), level, "request", attrs...)
 	}
 }
 

@@ -109,7 +109,7 @@ func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
 			p.Detail = fmt.Sprintf("at most %d per buyer; %d left for you", limit, left)
 		}
 		if k.status >= 500 && !errors.Is(err, errOverloaded) {
-			log.Error("request failed", "method", methodLabel(c.Request.Method), "route", c.FullPath(), "status", k.status,
+			log.ErrorContext(c.Request.Context(), "request failed", "method", methodLabel(c.Request.Method), "route", c.FullPath(), "status", k.status,
 				"request_id", RequestID(c.Request.Context()), "err", err)
 		}
 		if k.retry {

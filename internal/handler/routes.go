@@ -12,6 +12,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/service"
@@ -53,6 +55,11 @@ type Config struct {
 	// ServeMetrics serves /metrics on this handler (the public listener);
 	// by default it is served on its own listener (STOCK_METRICS_ADDR).
 	ServeMetrics bool
+	// TracerProvider, if set, gives each request a server span (tracing
+	// on); Propagator reads the caller's trace context from the request
+	// headers (default: W3C tracecontext and baggage).
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 // Handler serves the API. It is safe for concurrent use.
@@ -87,8 +94,16 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("handler: trusted proxies: %w", err)
 	}
-	// observe is outermost, so every answer is counted and logged, the 500
-	// of a recovered panic included.
+	// observe is outermost (inside the request's span, with tracing on), so
+	// every answer is counted and logged, the 500 of a recovered panic
+	// included.
+	if cfg.TracerProvider != nil {
+		prop := cfg.Propagator
+		if prop == nil {
+			prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+		}
+		r.Use(traced(cfg.TracerProvider, prop))
+	}
 	r.Use(observe(m, log, budget), recovery(log), problemMiddleware(log), inflight(cfg.MaxInflight))
 
 	limited := func(hs ...gin.HandlerFunc) []gin.HandlerFunc {
@@ -142,7 +157,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				log.Error("panic", "path", c.Request.URL.Path, "request_id", RequestID(c.Request.Context()), "panic", v)
+				log.ErrorContext(c.Request.Context(), "panic", "path", c.Request.URL.Path, "request_id", RequestID(c.Request.Context()), "panic", v)
 				if !c.Writer.Written() {
 					writeProblem(c, Problem{Type: ProblemBase + internalProblem.kind, Title: internalProblem.title,
 						Status: http.StatusInternalServerError, Instance: c.Request.URL.Path})

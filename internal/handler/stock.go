@@ -45,7 +45,7 @@ func (h *Handler) setStock(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	h.log.Info("admin: stock set", "sku", c.Param("sku"), "available", st.Available, "per_buyer_limit", st.PerBuyerLimit, "sold", st.Sold, "version", st.Version,
+	h.log.InfoContext(c.Request.Context(), "admin: stock set", "sku", c.Param("sku"), "available", st.Available, "per_buyer_limit", st.PerBuyerLimit, "sold", st.Sold, "version", st.Version,
 		"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP())
 	writeJSON(c, http.StatusOK, st)
 }
@@ -72,7 +72,7 @@ func (h *Handler) admin(c *gin.Context) {
 	got, ok := bearer(c.GetHeader("Authorization"))
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.adminToken)) != 1 {
 		if ok, n := h.budget.take(time.Now()); ok {
-			h.log.Warn("admin: authentication failed", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
+			h.log.WarnContext(c.Request.Context(), "admin: authentication failed", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
 				"token_sent", got != "", "request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(),
 				"suppressed_4xx_lines", n)
 		}

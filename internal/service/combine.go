@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Request combining for lock+version. Orders of one SKU that arrive at an
@@ -72,6 +74,12 @@ func (s *Service) placeAlone(ctx context.Context, d Deduction) (Order, error) {
 // first, then read, insert, versioned UPDATE, COMMIT.
 func (s *Service) runBatch(sku string, batch []*call) {
 	s.metrics.Batch(len(batch))
+	// The batch's span is a child of its first order's, linked to the
+	// others' (and they to it), so each order's trace shows the batch that
+	// placed it.
+	bctx, span := s.batchSpan(sku, batch)
+	var failed error // the batch's own error, if any
+	defer func() { endSpan(span, "", failed) }()
 	each := func(f func(c *call) (Order, error)) {
 		var wg sync.WaitGroup
 		for _, c := range batch {
@@ -85,6 +93,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		wg.Wait()
 	}
 	fail := func(err error) {
+		failed = err
 		for _, c := range batch {
 			c.err = err
 			close(c.done)
@@ -95,12 +104,10 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		return
 	}
 
-	// A batch of many requests waits on its own bounded context: no single
-	// client's cancellation may stop it. A batch of one waits on its client's.
-	lctx := context.Background()
-	if len(batch) == 1 {
-		lctx = batch[0].ctx
-	}
+	// A batch of many requests waits on its own bounded context (bctx): no
+	// single client's cancellation may stop it. A batch of one waits on its
+	// client's.
+	lctx := bctx
 	h, err := s.takeLock(lctx, sku)
 	var down redisDown
 	switch {
@@ -111,7 +118,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		fail(err)
 		return
 	}
-	defer s.releaseLock(h)
+	defer s.releaseLock(lctx, h)
 
 	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
@@ -129,10 +136,16 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		return nil
 	}
 	// The write's bound starts now, after the wait in line and for the lock.
-	wctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+	wctx, cancel := context.WithTimeout(s.withSpan(context.Background(), span), s.cfg.WriteTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		orders, errs, err := s.store.DeductBatch(wctx, b)
+		tctx, tspan := s.span(wctx, "stock.transaction")
+		if tspan.IsRecording() {
+			tspan.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(sku), attrWrite.String("versioned"),
+				attrBatchSize.Int(len(batch)), attrAttempt.Int(attempt+1))
+		}
+		orders, errs, err := s.store.DeductBatch(tctx, b)
+		endTx(tspan, err)
 		if errors.Is(err, ErrConflict) {
 			s.metrics.Conflict(string(s.cfg.Strategy))
 			if attempt < s.cfg.VersionRetries {
@@ -150,4 +163,40 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 		return
 	}
+}
+
+// batchSpan starts the span of a batch: a child of the first order's span,
+// with links to and from the others. The context it returns is the one the
+// batch waits for the lock on: a batch of one's is its order's, a batch of
+// many's is context.Background() with the span only (no request's deadline
+// or cancellation). Tracing off: that context and a no-op span.
+func (s *Service) batchSpan(sku string, batch []*call) (context.Context, trace.Span) {
+	first := batch[0].ctx
+	if s.tracer == nil {
+		if len(batch) == 1 {
+			return first, noSpan
+		}
+		return context.Background(), noSpan
+	}
+	if len(batch) == 1 {
+		return s.tracer.Start(first, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(1)))
+	}
+	var links []trace.Link
+	for _, c := range batch[1:] {
+		if sc := trace.SpanContextFromContext(c.ctx); sc.IsSampled() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	parent := trace.ContextWithSpan(context.Background(), trace.SpanFromContext(first))
+	bctx, span := s.tracer.Start(parent, "stock.batch", trace.WithLinks(links...),
+		trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(len(batch))))
+	if span.IsRecording() {
+		link := trace.Link{SpanContext: span.SpanContext()}
+		for _, c := range batch[1:] {
+			if ps := trace.SpanFromContext(c.ctx); ps.IsRecording() {
+				ps.AddLink(link)
+			}
+		}
+	}
+	return bctx, span
 }

@@ -46,7 +46,7 @@ func (s *Service) placeUnderLock(ctx context.Context, d Deduction) (Order, error
 	case err != nil:
 		return Order{}, err
 	}
-	defer s.releaseLock(h)
+	defer s.releaseLock(ctx, h)
 	fence := h.Fence()
 	d.Fence = &fence
 	d.Write = WritePlain
@@ -62,33 +62,45 @@ type heldLock struct {
 
 // takeLock takes the SKU lock within LockWait, counting the outcome. It
 // returns ErrBusy (wait ran out), ErrUnavailable (ctx ended) or a redisDown.
-func (s *Service) takeLock(ctx context.Context, sku string) (*heldLock, error) {
+func (s *Service) takeLock(ctx context.Context, sku string) (_ *heldLock, err error) {
+	ctx, span := s.span(ctx, "stock.lock")
 	start := time.Now()
+	result := "acquired"
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attrSKU.String(sku), attrLockGot.Bool(result == "acquired"),
+				attrLockWait.Float64(float64(time.Since(start))/float64(time.Millisecond)))
+		}
+		endSpan(span, result, err)
+	}()
 	h, err := s.locks.TryLock(ctx, sku, s.cfg.LockWait, s.cfg.LockLease)
 	wait := time.Since(start)
 	switch {
 	case errors.Is(err, ErrLockNotObtained):
-		s.metrics.Lock("timeout", wait)
+		result = "timeout"
+		s.metrics.Lock(result, wait)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 		return nil, fmt.Errorf("%w: lock not obtained within %v", ErrBusy, s.cfg.LockWait)
 	case err != nil:
-		s.metrics.Lock("error", wait)
+		result = "error"
+		s.metrics.Lock(result, wait)
 		return nil, redisDown{err}
 	}
-	s.metrics.Lock("acquired", wait)
-	s.redisUp()
+	s.metrics.Lock(result, wait)
+	s.redisUp(ctx)
 	return &heldLock{Hold: h, sku: sku, at: time.Now()}, nil
 }
 
 // releaseLock unlocks on a context of its own, so a cancelled request does
-// not leave the lock held.
-func (s *Service) releaseLock(h *heldLock) {
+// not leave the lock held; ctx (the request's or the batch's) is only for
+// the log.
+func (s *Service) releaseLock(ctx context.Context, h *heldLock) {
 	s.metrics.Held(time.Since(h.at))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	uctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := h.Unlock(ctx); err != nil {
-		s.log.Warn("unlock failed", "sku", h.sku, "err", err)
+	if err := h.Unlock(uctx); err != nil {
+		s.log.WarnContext(ctx, "unlock failed", "sku", h.sku, "err", err)
 	}
 }

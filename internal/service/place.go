@@ -55,9 +55,20 @@ func (s *Service) Validate(r PlaceRequest) error {
 // key and request (replayed = true). Errors: ErrInvalid, ErrUnknownSKU,
 // ErrSoldOut, ErrKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
 func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed bool, err error) {
-	defer func() { s.metrics.Order(orderResult(replayed, err)) }()
+	ctx, span := s.span(ctx, "stock.place")
+	defer func() {
+		result := orderResult(replayed, err)
+		s.metrics.Order(result)
+		endSpan(span, result, err)
+	}()
+	if span.IsRecording() {
+		span.SetAttributes(attrStrategy.String(string(s.cfg.Strategy)))
+	}
 	if err := s.Validate(r); err != nil {
 		return Order{}, false, err
+	}
+	if span.IsRecording() { // a valid SKU; the buyer and the key stay out of traces
+		span.SetAttributes(attrSKU.String(r.SKU), attrQuantity.Int(r.Quantity))
 	}
 	hash := r.Hash()
 	// The per-SKU cap first, before any work: past QueueMax requests of this

@@ -16,7 +16,7 @@ const redisBackoff = time.Second
 // UPDATE alone keeps the stock exact (db-only), or the order is refused.
 func (s *Service) placeWithoutRedis(ctx context.Context, d Deduction, cause error) (Order, error) {
 	if cause != nil {
-		s.redisFailed(cause)
+		s.redisFailed(ctx, cause)
 	}
 	if s.cfg.RejectOnRedisDown {
 		return Order{}, fmt.Errorf("%w: redis unreachable", ErrUnavailable)
@@ -30,20 +30,20 @@ func (s *Service) skipLock() bool {
 	return time.Now().UnixNano() < s.redisDownUntil.Load()
 }
 
-func (s *Service) redisFailed(err error) {
+func (s *Service) redisFailed(ctx context.Context, err error) {
 	s.redisDownUntil.Store(time.Now().Add(redisBackoff).UnixNano())
 	if !s.redisDown.Swap(true) {
 		if s.cfg.RejectOnRedisDown {
-			s.log.Error("redis unreachable: orders are refused with 503 until it answers", "mode", "reject", "err", err)
+			s.log.ErrorContext(ctx, "redis unreachable: orders are refused with 503 until it answers", "mode", "reject", "err", err)
 		} else {
-			s.log.Error("redis unreachable: orders bypass the lock (DB-only conditional UPDATE)", "mode", "db-only", "err", err)
+			s.log.ErrorContext(ctx, "redis unreachable: orders bypass the lock (DB-only conditional UPDATE)", "mode", "db-only", "err", err)
 		}
 	}
 }
 
-func (s *Service) redisUp() {
+func (s *Service) redisUp(ctx context.Context) {
 	if s.redisDown.Swap(false) {
-		s.log.Info("redis reachable again: orders take the lock")
+		s.log.InfoContext(ctx, "redis reachable again: orders take the lock")
 	}
 }
 

@@ -33,11 +33,11 @@ func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerL
 		var down redisDown
 		switch {
 		case errors.As(err, &down):
-			s.redisFailed(down.err)
+			s.redisFailed(ctx, down.err)
 		case err != nil:
 			return Stock{}, err
 		default:
-			defer s.releaseLock(h)
+			defer s.releaseLock(ctx, h)
 		}
 	}
 	wctx, cancel := s.writeCtx(ctx)
@@ -48,7 +48,7 @@ func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerL
 	s.soldOut.drop(sku)
 	if s.cfg.Events != nil {
 		if perr := s.cfg.Events.StockChanged(wctx, sku); perr != nil {
-			s.log.Warn("stock change not published: other instances see it within the sold-out TTL", "sku", sku, "ttl", s.cfg.SoldOutTTL, "err", perr)
+			s.log.WarnContext(ctx, "stock change not published: other instances see it within the sold-out TTL", "sku", sku, "ttl", s.cfg.SoldOutTTL, "err", perr)
 		}
 	}
 	return st, err

@@ -8,13 +8,15 @@
 // writes), locking.go (the SKU lock), combine.go and line.go (request
 // combining), redisdown.go (the DB-only switch), soldout.go (the sold-out
 // fast path), flight.go (one attempt per key), read.go, restock.go, store.go
-// (the Store contract) and errors.go.
+// (the Store contract), trace.go (the spans of the order path) and errors.go.
 package service
 
 import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seckill/stock/internal/metrics"
 )
@@ -53,6 +55,9 @@ type Config struct {
 	// CriticalSectionHook, if set, runs inside the transaction just before
 	// COMMIT. Tests and fault runs use it to land a pause in the critical section.
 	CriticalSectionHook func()
+	// Tracer, if set, traces the order path (trace.go lists the spans);
+	// nil: tracing off, at no cost.
+	Tracer trace.Tracer
 }
 
 // DefaultQueueMax is Config.QueueMax's default.
@@ -65,6 +70,7 @@ type Service struct {
 	locks   Locker
 	log     *slog.Logger
 	metrics *metrics.Metrics
+	tracer  trace.Tracer // nil: off
 
 	lines   *lines
 	flights flights
@@ -94,7 +100,7 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m,
+	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, tracer: cfg.Tracer,
 		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
 	if cfg.SoldOutTTL > 0 {
 		s.soldOut = newSoldOut(cfg.SoldOutTTL)

@@ -29,7 +29,13 @@ func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
 			return nil
 		}
 	}
-	return s.store.Deduct(ctx, d)
+	ctx, span := s.span(ctx, "stock.transaction")
+	if span.IsRecording() {
+		span.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(d.SKU), attrWrite.String(writeNames[d.Write]))
+	}
+	o, err := s.store.Deduct(ctx, d)
+	endTx(span, err)
+	return o, err
 }
 
 // placeVersioned runs the versioned UPDATE, retrying each conflict in a NEW
