@@ -196,6 +196,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
+	m.Strategy(string(cfg.Strategy))
 
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:        cfg.RedisAddrs,
