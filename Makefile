@@ -48,7 +48,8 @@ chaos:
 		status=$$?; cat loadtest/report/chaos.md 2>/dev/null; exit $$status
 
 ## k6-check: type-check the k6 scripts against @types/k6 (no k6 needed)
-## compose-check: validate docker-compose.yml, loadtest/nginx.conf and the Dockerfile without Docker
+## compose-check: validate docker-compose.yml, loadtest/nginx.conf, the Dockerfile, deploy/ (Prometheus, Grafana
+## dashboard against a live /metrics, kustomize build of deploy/k8s) without Docker or a cluster
 .PHONY: k6-check compose-check
 k6-check:
 	cd loadtest/k6 && npm ci --no-audit --no-fund && npm run check
