@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 
 # Build: a static binary (no cgo), so the runtime image needs no libc of its own.
-FROM golang:1.26 AS build
+# The image sets GOTOOLCHAIN=local, so its Go must be at least go.mod's `go`
+# line: the tag names the exact release (a cached golang:1.26 may be older);
+# composecheck fails when go.mod asks for more than this.
+FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download

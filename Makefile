@@ -51,7 +51,8 @@ chaos:
 		status=$$?; if [ -s docs/results/chaos.md.new ]; then mv docs/results/chaos.md.new docs/results/chaos.md; cat docs/results/chaos.md; fi; exit $$status
 
 ## k6-check: type-check the k6 scripts against @types/k6 (no k6 needed)
-## compose-check: validate docker-compose.yml, loadtest/nginx.conf and the Dockerfile without Docker
+## compose-check: validate docker-compose.yml, loadtest/nginx.conf, the Dockerfile, deploy/ (Prometheus, Grafana
+## dashboard against a live /metrics, kustomize build of deploy/k8s) without Docker or a cluster
 .PHONY: k6-check compose-check
 k6-check:
 	cd loadtest/k6 && npm ci --no-audit --no-fund && npm run check

@@ -91,6 +91,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	a.Registry = prometheus.NewRegistry()
 	a.Metrics = metrics.New(a.Registry)
+	a.Metrics.Strategy(string(cfg.Strategy)) // its conflict series at 0 from the start
 	a.openRedis(cfg)
 	locker := o.locker
 	if locker == nil {

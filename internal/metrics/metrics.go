@@ -83,6 +83,15 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Strategy creates the zero series of the counters labelled by strategy, so
+// that they are exported, and an alert on their rate sees 0 rather than
+// nothing, before the first increment.
+func (m *Metrics) Strategy(name string) {
+	if m != nil {
+		m.Conflicts.WithLabelValues(name)
+	}
+}
+
 // RateLimit counts one rate limit decision.
 func (m *Metrics) RateLimit(result string) {
 	if m != nil {

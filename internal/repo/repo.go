@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -126,9 +127,20 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 }
 
 // Migrate applies every pending migration; it is idempotent and returns the
-// schema version reached.
+// schema version reached. Concurrent runs against one database (two migrate
+// jobs of a rollout) are serialized by goose's MySQL table lock (a lease row
+// in goose_lock, kept alive by a heartbeat; a crashed holder's lease runs out
+// after 30s): the second waits, polling every second for up to five minutes,
+// then finds nothing pending.
 func (s *Store) Migrate(ctx context.Context) (int64, error) {
-	p, err := newProvider(s.sql)
+	locker, err := lock.NewMySQLTableLocker(
+		lock.WithTableLockTimeout(time.Second, 300),
+		lock.WithTableUnlockTimeout(time.Second, 30),
+	)
+	if err != nil {
+		return 0, fmt.Errorf("repo: migration lock: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectMySQL, s.sql, migrations.FS, goose.WithLocker(locker))
 	if err != nil {
 		return 0, fmt.Errorf("repo: migrations: %w", err)
 	}

@@ -2,6 +2,7 @@ package composecheck
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,9 +10,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/semver"
 )
 
 const (
@@ -228,6 +232,50 @@ func TestEnvironmentOverrides(t *testing.T) {
 	}
 }
 
+// Docker sends SIGKILL stop_grace_period after SIGTERM: past the service's
+// own bound on finishing in-flight requests, with room for the closes after.
+func TestStopGracePeriod(t *testing.T) {
+	p := loadProject(t, nil)
+	for _, r := range replicas {
+		s := service(t, p, r)
+		shutdown, err := time.ParseDuration(env(t, s, "STOCK_SHUTDOWN_TIMEOUT"))
+		if err != nil {
+			t.Fatalf("%s: STOCK_SHUTDOWN_TIMEOUT: %v", r, err)
+		}
+		if s.StopGracePeriod == nil {
+			t.Errorf("%s: no stop_grace_period; compose's default 10s is below STOCK_SHUTDOWN_TIMEOUT %s", r, shutdown)
+			continue
+		}
+		if got := time.Duration(*s.StopGracePeriod); got < shutdown+2*time.Second {
+			t.Errorf("%s: stop_grace_period %s; want at least STOCK_SHUTDOWN_TIMEOUT %s + 2s", r, got, shutdown)
+		}
+	}
+}
+
+// The k6 image runs the script that is type-checked against @types/k6: the
+// same release.
+func TestK6MatchesItsTypes(t *testing.T) {
+	k6 := service(t, loadProject(t, nil, "loadtest"), "k6")
+	_, image, _ := strings.Cut(k6.Image, ":")
+	var pkg struct {
+		DevDependencies map[string]string `json:"devDependencies"`
+	}
+	readJSON(t, filepath.Join(root, "loadtest", "k6", "package.json"), &pkg)
+	types := pkg.DevDependencies["@types/k6"]
+	if types == "" || image != types {
+		t.Errorf("k6 image %s, @types/k6 %q in loadtest/k6/package.json; want the same exact version", k6.Image, types)
+	}
+	var lock struct {
+		Packages map[string]struct {
+			Version string `json:"version"`
+		} `json:"packages"`
+	}
+	readJSON(t, filepath.Join(root, "loadtest", "k6", "package-lock.json"), &lock)
+	if got := lock.Packages["node_modules/@types/k6"].Version; got != types {
+		t.Errorf("package-lock.json has @types/k6 %q; package.json %q (run npm install)", got, types)
+	}
+}
+
 func TestK6(t *testing.T) {
 	p := loadProject(t, nil, "loadtest")
 	k6 := service(t, p, "k6")
@@ -276,8 +324,10 @@ func bindSource(t testing.TB, s types.ServiceConfig, target string) string {
 func TestNginx(t *testing.T) {
 	p := loadProject(t, nil, "loadtest")
 	ngx := service(t, p, "nginx")
-	if !strings.HasPrefix(ngx.Image, "nginx:1.27") {
-		t.Errorf("nginx image = %q; want nginx:1.27-alpine", ngx.Image)
+	// 1.30 is nginx's supported stable branch (1.27 and 1.28 are out of
+	// support); open-source nginx has `resolve` on upstream servers since 1.27.3.
+	if !strings.HasPrefix(ngx.Image, "nginx:1.30") {
+		t.Errorf("nginx image = %q; want nginx:1.30-alpine", ngx.Image)
 	}
 	published := false
 	for _, port := range ngx.Ports {
@@ -340,6 +390,36 @@ func TestNginx(t *testing.T) {
 		t.Errorf("nginx.conf upstream %s servers %q; want exactly the replicas %q", up.Args[0], hosts, replicas)
 	}
 
+	// The replicas are looked up again while nginx runs, not once at start:
+	// a recreated replica comes back with a new address.
+	for _, d := range up.Block {
+		if d.Name == "server" && !slices.Contains(d.Args[1:], "resolve") {
+			t.Errorf("nginx.conf: upstream server %s without resolve; nginx would keep its address from start-up", d.Args[0])
+		}
+	}
+	if len(directives(up.Block, "zone")) != 1 {
+		t.Errorf("nginx.conf: upstream %s has no zone; resolve needs one", up.Args[0])
+	}
+	resolvers := Find(conf, "resolver")
+	if len(resolvers) != 1 || len(resolvers[0].Args) == 0 || resolvers[0].Args[0] != "127.0.0.11" {
+		t.Errorf("nginx.conf: resolver %+v; want Docker's embedded DNS 127.0.0.11", resolvers)
+	} else if !slices.ContainsFunc(resolvers[0].Args, func(a string) bool { return strings.HasPrefix(a, "valid=") }) {
+		t.Errorf("nginx.conf: resolver %v without valid=; nginx would keep the DNS answer's TTL", resolvers[0].Args)
+	}
+
+	// nginx must drop an idle upstream connection before the service does,
+	// or it may send a request down a connection being closed.
+	idle, err := time.ParseDuration(env(t, service(t, p, replicas[0]), "STOCK_HTTP_IDLE_TIMEOUT"))
+	if err != nil {
+		t.Fatalf("STOCK_HTTP_IDLE_TIMEOUT: %v", err)
+	}
+	kt := directives(up.Block, "keepalive_timeout")
+	if len(kt) != 1 || len(kt[0].Args) != 1 {
+		t.Errorf("nginx.conf: upstream %s keepalive_timeout %+v; want one, below STOCK_HTTP_IDLE_TIMEOUT %s (nginx's default 60s is not)", up.Args[0], kt, idle)
+	} else if d, err := nginxDuration(kt[0].Args[0]); err != nil || d >= idle {
+		t.Errorf("nginx.conf: upstream keepalive_timeout %s (%v, %v); want below the replicas' STOCK_HTTP_IDLE_TIMEOUT %s", kt[0].Args[0], d, err, idle)
+	}
+
 	// Every location proxies to that upstream, on the published port.
 	passes := Find(conf, "proxy_pass")
 	if len(passes) == 0 {
@@ -369,8 +449,19 @@ func TestDockerfile(t *testing.T) {
 	}
 	text := string(b)
 	stages := regexp.MustCompile(`(?mi)^FROM\s+(\S+)`).FindAllStringSubmatch(text, -1)
-	if len(stages) < 2 || !strings.HasPrefix(stages[0][1], "golang:1.26") {
-		t.Errorf("Dockerfile stages %q; want a golang:1.26 build stage and a runtime stage", stages)
+	if len(stages) < 2 || !strings.HasPrefix(stages[0][1], "golang:") {
+		t.Fatalf("Dockerfile stages %q; want a golang build stage and a runtime stage", stages)
+	}
+	// The golang image sets GOTOOLCHAIN=local: its Go must be at least what
+	// go.mod asks for, so the tag names a release, not a floating 1.26.
+	tag := strings.TrimPrefix(strings.SplitN(stages[0][1], "@", 2)[0], "golang:")
+	imageGo, _, _ := strings.Cut(tag, "-")
+	if strings.Count(imageGo, ".") != 2 {
+		t.Errorf("Dockerfile build image %s: want an exact Go release (golang:1.26.8), not a floating tag", stages[0][1])
+	}
+	modGo := goDirective(t, filepath.Join(root, "go.mod"))
+	if semver.Compare("v"+imageGo, "v"+modGo) < 0 {
+		t.Errorf("Dockerfile builds with Go %s but go.mod says go %s; with GOTOOLCHAIN=local the build fails", imageGo, modGo)
 	}
 	// Only the last stage's ENTRYPOINT and CMD count.
 	last := text[strings.LastIndex(strings.ToUpper(text), "\nFROM "):]
@@ -410,5 +501,49 @@ func TestDockerignore(t *testing.T) {
 		if !slices.Contains(patterns, want) {
 			t.Errorf(".dockerignore lacks %q", want)
 		}
+	}
+}
+
+// directives returns the directives named name directly in block.
+func directives(block []Directive, name string) []Directive {
+	var out []Directive
+	for _, d := range block {
+		if d.Name == name {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// nginxDuration parses an nginx time ("30s", "1m", "500ms"; a bare number is seconds).
+func nginxDuration(s string) (time.Duration, error) {
+	if s != "" && strings.Trim(s, "0123456789") == "" {
+		s += "s"
+	}
+	return time.ParseDuration(s)
+}
+
+// goDirective returns the version of the go line of a go.mod.
+func goDirective(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := modfile.ParseLax(path, b, nil)
+	if err != nil || f.Go == nil {
+		t.Fatalf("%s: %v; want a go line", path, err)
+	}
+	return f.Go.Version
+}
+
+func readJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }

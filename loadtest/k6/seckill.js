@@ -21,7 +21,7 @@
  *   STOCK        [1000]   stock set through the admin API in setup
  *   BUYERS       [5000]   buyers, one order each
  *   QUANTITY     [1]      units per order
- *   VUS          [200]    concurrent VUs (burst) / pre-allocated VUs (arrival)
+ *   VUS          [200]    concurrent VUs (burst; at most BUYERS) / pre-allocated VUs (arrival)
  *   MAX_VUS      [VUS]    arrival: most VUs k6 may start to keep the rate
  *   DURATION     [10s]    arrival: BUYERS arrive evenly over this time
  *   MAX_DURATION [5m]     burst: hard cap on the scenario
@@ -173,7 +173,9 @@ const auditAvailable = new Gauge("audit_available");
 const SCENARIOS = {
   burst: {
     executor: "shared-iterations",
-    vus: VUS,
+    // k6 refuses to start a shared-iterations scenario with more VUs than
+    // iterations, so a run with fewer buyers than VUS gets one VU per buyer.
+    vus: Math.min(VUS, BUYERS),
     iterations: BUYERS,
     maxDuration: MAX_DURATION,
   },

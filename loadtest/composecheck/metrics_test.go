@@ -1,0 +1,287 @@
+package composecheck
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // database/sql driver
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// The machine's MariaDB (a DSN without a database) and Redis, as the
+// service's own tests use them.
+const (
+	sharedMySQL = "root@tcp(127.0.0.1:3306)/"
+	sharedRedis = "127.0.0.1:6379"
+)
+
+// series is what a scrape says about one metric name: its label names and
+// the values each label takes.
+type series map[string]map[string]bool
+
+// Every metric the dashboard and the alert rules select exists in a real
+// instance's /metrics, with the labels (and label values, for equality
+// matchers) they select on. The instance is built from this repo, migrated
+// on a database of its own, and places one order first, so that the order,
+// lock and latency series exist.
+func TestMetricNamesExist(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the service")
+	}
+	scraped := scrapeLiveInstance(t)
+	exprs := dashboardExprs(t, loadDashboard(t))
+	for where, expr := range alertExprs(t) {
+		exprs[where] = expr
+	}
+	names := 0
+	for where, expr := range exprs {
+		e, err := promql.ParseExpr(expr)
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+			continue
+		}
+		for _, sel := range parser.ExtractSelectors(e) {
+			name := ""
+			for _, m := range sel {
+				if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
+					name = m.Value
+				}
+			}
+			if name == "" {
+				t.Errorf("%s: selector %v names no metric", where, sel)
+				continue
+			}
+			names++
+			s, ok := scraped[name]
+			if !ok {
+				t.Errorf("%s: metric %s is not in /metrics of a running instance", where, name)
+				continue
+			}
+			for _, m := range sel {
+				switch m.Name {
+				case model.MetricNameLabel, "job", "instance": // Prometheus's target labels
+					continue
+				}
+				values, ok := s[m.Name]
+				if !ok {
+					t.Errorf("%s: %s has no label %q; it has %v", where, name, m.Name, keys(s))
+					continue
+				}
+				if m.Type == labels.MatchEqual && m.Value != "" && !values[m.Value] {
+					t.Errorf("%s: %s{%s=%q}: no series has that value; values %v", where, name, m.Name, m.Value, keys(values))
+				}
+			}
+		}
+	}
+	if names == 0 {
+		t.Fatalf("no metric selectors found in the dashboard and rules")
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// scrapeLiveInstance builds ./cmd/stock, migrates a private database, serves,
+// places one order and returns what its /metrics exposes, histograms and
+// summaries spelled out into their _bucket, _sum and _count series. "up" is
+// added as Prometheus adds it to every target.
+func scrapeLiveInstance(t *testing.T) map[string]series {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "stock")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/stock")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/stock: %v\n%s", err, out)
+	}
+
+	dbName := fmt.Sprintf("composecheck_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	t.Cleanup(func() {
+		db, err := sql.Open("mysql", sharedMySQL)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		_, _ = db.Exec("DROP DATABASE IF EXISTS `" + dbName + "`")
+	})
+	const secret = "composecheck-jwt-secret-0123456789abcdef"
+	const admin = "composecheck-admin"
+	env := map[string]string{
+		"STOCK_MYSQL_DSN":    sharedMySQL + dbName + "?parseTime=true",
+		"STOCK_REDIS_ADDRS":  sharedRedis,
+		"STOCK_REDIS_PREFIX": dbName + ":",
+		"STOCK_HTTP_ADDR":    "127.0.0.1:0",
+		"STOCK_METRICS_ADDR": "127.0.0.1:0",
+		"STOCK_JWT_SECRET":   secret,
+		"STOCK_ADMIN_TOKEN":  admin,
+		"STOCK_STRATEGY":     "lock+version",
+		"STOCK_LOG_LEVEL":    "warn",
+	}
+	if out, err := stockCmd(ctx, bin, env, "migrate").CombinedOutput(); err != nil {
+		t.Fatalf("stock migrate: %v\n%s", err, out)
+	}
+	tok, err := stockCmd(ctx, bin, env, "token", "--buyer", "u-1").Output()
+	if err != nil {
+		t.Fatalf("stock token: %v", err)
+	}
+
+	serve := stockCmd(ctx, bin, env, "serve")
+	var logs strings.Builder
+	serve.Stderr = &logs
+	stdout, err := serve.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	addrs := make(chan [2]string, 1)
+	go func() {
+		var api, metrics string
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			if a, ok := strings.CutPrefix(line, "stock: listening on "); ok {
+				api, _, _ = strings.Cut(a, " ")
+			}
+			if a, ok := strings.CutPrefix(line, "stock: metrics on "); ok {
+				metrics = a
+			}
+			if api != "" && metrics != "" {
+				addrs <- [2]string{api, metrics}
+				api = ""
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		done <- serve.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = serve.Process.Kill()
+			<-done
+		}
+	})
+	var base, metricsURL string
+	select {
+	case a := <-addrs:
+		base, metricsURL = a[0], a[1]
+	case err := <-done:
+		t.Fatalf("stock serve exited before listening: %v\n%s", err, logs.String())
+	case <-ctx.Done():
+		t.Fatalf("stock serve printed no addresses\n%s", logs.String())
+	}
+
+	sku := "composecheck-1"
+	call(t, ctx, "PUT", base+"/v1/admin/stock/"+sku, admin, "", `{"available":5}`, http.StatusOK)
+	call(t, ctx, "POST", base+"/v1/orders", strings.TrimSpace(string(tok)), "order-1", `{"sku":"`+sku+`","quantity":1}`, http.StatusCreated)
+
+	req, _ := http.NewRequestWithContext(ctx, "GET", metricsURL, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", metricsURL, err)
+	}
+	defer resp.Body.Close()
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := tp.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", metricsURL, err)
+	}
+	out := map[string]series{"up": {"job": {}, "instance": {}}}
+	add := func(name string, ms []*dto.Metric, extra ...string) {
+		s := series{}
+		for _, m := range ms {
+			for _, lp := range m.GetLabel() {
+				if s[lp.GetName()] == nil {
+					s[lp.GetName()] = map[string]bool{}
+				}
+				s[lp.GetName()][lp.GetValue()] = true
+			}
+		}
+		for _, l := range extra {
+			if s[l] == nil {
+				s[l] = map[string]bool{}
+			}
+		}
+		out[name] = s
+	}
+	for name, f := range families {
+		switch f.GetType() {
+		case dto.MetricType_HISTOGRAM:
+			add(name+"_bucket", f.Metric, "le")
+			add(name+"_sum", f.Metric)
+			add(name+"_count", f.Metric)
+		case dto.MetricType_SUMMARY:
+			add(name, f.Metric, "quantile")
+			add(name+"_sum", f.Metric)
+			add(name+"_count", f.Metric)
+		default:
+			add(name, f.Metric)
+		}
+	}
+	return out
+}
+
+// stockCmd runs the stock binary with env and none of the caller's STOCK_
+// settings, so a developer's shell cannot change what is checked.
+func stockCmd(ctx context.Context, bin string, env map[string]string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "STOCK_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+func call(t *testing.T, ctx context.Context, method, url, bearer, key, body string, want int) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s = %d %s; want %d", method, url, resp.StatusCode, b, want)
+	}
+}
