@@ -241,7 +241,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
-	svc := service.New(svcCfg, store, skulock.Redis{Client: locks}, log, m)
+	skuLocks, closeLocks, err := skulock.Open(ctx, skulock.Config{Backend: cfg.LockBackend, Locks: locks, Redis: rdb,
+		Prefix: cfg.RedisPrefix, MySQLDSN: cfg.MySQLDSN, RedlockAddrs: cfg.RedlockAddrs, RedisPassword: cfg.RedisPassword,
+		NodeTimeout: cfg.RedlockNodeTimeout, Lease: cfg.LockWatchdog, Lost: func() { m.Lock("lost", 0) }})
+	if err != nil {
+		return err
+	}
+	defer closeLocks()
+	svc := service.New(svcCfg, store, skuLocks, log, m)
 	// Restocks made through other instances end this one's sold-out answers.
 	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
 	listened := make(chan struct{})
@@ -292,7 +299,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	}
 	ln = limitConns(srv, ln, cfg.MaxConns)
 	fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy)
-	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy)
+	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy, "lock_backend", cfg.LockBackend)
 
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
