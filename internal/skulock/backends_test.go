@@ -91,8 +91,8 @@ func TestRedlockFenceAcrossMajorities(t *testing.T) {
 }
 
 // A clock jump on one master (simulated by its key vanishing early: a
-// forward jump expires it there) leaves the lock excluded, since the other
-// two still hold a majority; the same on two masters lets a second client
+// forward jump expires it there) leaves a lock held on all three masters
+// excluded, since the other two still hold a majority; the same on two masters lets a second client
 // in while the first still believes it holds. That is the documented limit
 // of Redlock, shown here, and why the service keeps the versioned UPDATE.
 func TestRedlockClockJump(t *testing.T) {
@@ -119,6 +119,36 @@ func TestRedlockClockJump(t *testing.T) {
 	defer h2.Unlock(ctx)
 	if h.Err() != nil || h2.Fence() <= h.Fence() {
 		t.Fatalf("two holders: first Err %v, fences %d, %d; want the first still believing it holds, and the second's fence larger", h.Err(), h.Fence(), h2.Fence())
+	}
+}
+
+// One jumping master is enough when the holder's majority is exactly two:
+// master 2 is busy (another client's key) while A takes masters 0 and 1;
+// master 0 jumps, master 2 frees up, and B takes 0 and 2 while A holds.
+func TestRedlockClockJumpMinimalMajority(t *testing.T) {
+	t.Parallel()
+	ms := threeMasters(t)
+	a, b := redlockOn(t, ms), redlockOn(t, ms)
+	ctx := context.Background()
+	key := "redlock:" + skulock.Name("min")
+	if err := ms[2].Client(t).Set(ctx, key, "someone", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := mustLock(t, a, "min", time.Second, 10*time.Second)
+	defer h.Unlock(ctx)
+	if err := ms[0].Client(t).Del(ctx, key).Err(); err != nil { // the jump
+		t.Fatal(err)
+	}
+	if err := ms[2].Client(t).Del(ctx, key).Err(); err != nil { // the other client lets go
+		t.Fatal(err)
+	}
+	h2, err := b.TryLock(ctx, "min", time.Second, 5*time.Second)
+	if err != nil {
+		t.Fatalf("TryLock after one jump under a two-master majority = %v; want a second holder (Redlock's limit)", err)
+	}
+	defer h2.Unlock(ctx)
+	if h.Err() != nil || h2.Fence() <= h.Fence() {
+		t.Fatalf("first Err %v, fences %d, %d; want two holders, the second's fence larger", h.Err(), h.Fence(), h2.Fence())
 	}
 }
 
@@ -224,7 +254,6 @@ func TestOpenRefuses(t *testing.T) {
 		}
 	}
 }
-
 
 // Close stops everything a backend started: the reaper, background
 // releases, the masters' connections.

@@ -53,6 +53,13 @@
 //     timing assumptions (bounded clock drift, no pause between the acquire
 //     and the validity check) hold.
 //
+// Redlock's exclusion also depends on every master's clock: a holder whose
+// majority is exactly N/2+1 masters loses it when one of them jumps ahead
+// (its key expires early), and the next client can then take that master
+// and a free one: two holders with a single faulty node (the fault matrix's
+// row 13 counts the overlaps the backstop caught). Holding all N masters
+// survives one jump (TestRedlockClockJump).
+//
 // What no lease-based backend here can promise is exclusion across a
 // process pause longer than the lease, a clock jump or (for the Redis ones)
 // a failover: that is why the service keeps its versioned UPDATE as the

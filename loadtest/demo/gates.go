@@ -193,7 +193,7 @@ func pauseRun(ctx context.Context, o options, backend, redisAddr string, masters
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		var sold int64
 		if db.QueryRowContext(ctx, "SELECT sold FROM stock WHERE sku = ?", sku).Scan(&sold) == nil && sold >= g.pauseStock/10 {
-			if in, ok := pauseInTrx(ctx, db, f); ok {
+			if in, ok := pauseInTrx(ctx, db, f, sku); ok {
 				time.Sleep(2200 * time.Millisecond) // 2.5s in all with the 300ms of the check
 				_ = in.Signal(syscall.SIGCONT)
 				note = fmt.Sprintf("instance %d paused 2.5s inside its transaction", in.Index)
@@ -212,8 +212,14 @@ func pauseRun(ctx context.Context, o options, backend, redisAddr string, masters
 // pauseInTrx SIGSTOPs instances at random until one is stopped inside a
 // transaction that holds row locks (the same transaction id before and
 // after 200ms of the pause; only the lock holder writes the row), and
-// returns it stopped. It gives up after 40s.
-func pauseInTrx(ctx context.Context, db *sql.DB, f *fleet.Fleet) (*fleet.Instance, bool) {
+// returns it stopped; nothing may be sold meanwhile (a bystander with a
+// long transaction is not the holder). It gives up after 40s.
+func pauseInTrx(ctx context.Context, db *sql.DB, f *fleet.Fleet, sku string) (*fleet.Instance, bool) {
+	sold := func() int64 {
+		var n int64 = -1
+		_ = db.QueryRowContext(ctx, "SELECT sold FROM stock WHERE sku = ?", sku).Scan(&n)
+		return n
+	}
 	trx := func() []string {
 		rows, err := db.QueryContext(ctx, "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_rows_locked > 0")
 		if err != nil {
@@ -235,10 +241,10 @@ func pauseInTrx(ctx context.Context, db *sql.DB, f *fleet.Fleet) (*fleet.Instanc
 			return nil, false
 		}
 		time.Sleep(100 * time.Millisecond)
-		x1 := trx()
+		x1, s1 := trx(), sold()
 		time.Sleep(200 * time.Millisecond)
-		x2 := trx()
-		if slices.ContainsFunc(x1, func(id string) bool { return slices.Contains(x2, id) }) {
+		x2, s2 := trx(), sold()
+		if s1 == s2 && slices.ContainsFunc(x1, func(id string) bool { return slices.Contains(x2, id) }) {
 			return in, true
 		}
 		_ = in.Signal(syscall.SIGCONT)
