@@ -62,11 +62,14 @@ compose-check:
 
 ## demo: the ceiling (the same three instances' /healthz, GET /v1/stock and sold-out rates),
 ## then every strategy on three local instances: the zero-oversell proof (sell-out) and a
-## throughput run that does not sell out; prints the comparison, writes loadtest/report/
+## throughput run that does not sell out; then the gates phase (each STOCK_LOCK_BACKEND, DEMO_BACKENDS);
+## prints the comparison, writes loadtest/report/
 ## demo-throughput: the ceiling and the throughput run only
+## demo-gates: the gates phase alone: each STOCK_LOCK_BACKEND (DEMO_BACKENDS) with the backstop on, then
+## without it under a pause; writes docs/results/gates.md
 ## profile: the ceiling and a longer lock+version throughput run with a CPU profile of one
 ## instance and the machine's CPU by process; writes docs/profile.md (and docs/profile.pb.gz)
-.PHONY: demo-throughput profile
+.PHONY: demo-throughput demo-gates profile
 # all: every strategy of the service's one table (internal/service/strategy.go)
 DEMO_STRATEGIES ?= all
 DEMO_STOCK ?= 1000
@@ -76,14 +79,17 @@ DEMO_QUANTITY ?= 1
 DEMO_TP_STOCK ?= 1000000
 DEMO_TP_BUYERS ?= 20000
 DEMO_TP_CONCURRENCY ?= $(DEMO_CONCURRENCY)
+DEMO_BACKENDS ?= all
 DEMO_FLAGS ?=
 demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK) -buyers $(DEMO_BUYERS) \
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
-	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report $(DEMO_FLAGS)
+	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -backends '$(DEMO_BACKENDS)' -out loadtest/report $(DEMO_FLAGS)
 demo: build
-	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput -results docs/results/demo.md -target demo
+	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput,gates -results docs/results/demo.md -gates-doc docs/results/gates.md -target demo
 demo-throughput: build
 	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput -results docs/results/demo-throughput.md -target demo-throughput
+demo-gates: build
+	$(GO) run ./loadtest/demo $(demo_args) -phases gates -gates-doc docs/results/gates.md -target demo-gates
 profile: build
 	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -tp-buyers 60000 \
 		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)

@@ -152,7 +152,7 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 	}
 	ln = limitConns(srv, ln, cfg.MaxConns)
 	fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy)
-	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy)
+	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy, "lock_backend", cfg.LockBackend)
 
 	if cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()

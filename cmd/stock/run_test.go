@@ -127,7 +127,7 @@ func TestMigrateIsIdempotentAndServeRefusesUnmigrated(t *testing.T) {
 		if err := run(ctx, []string{"stock", "migrate"}, env(vars), &out, io.Discard); err != nil {
 			t.Fatalf("migrate #%d = %v", i+1, err)
 		}
-		if !strings.Contains(out.String(), "schema at version 2") {
+		if !strings.Contains(out.String(), "schema at version 3") {
 			t.Fatalf("migrate #%d printed %q", i+1, out.String())
 		}
 	}

@@ -95,7 +95,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	a.openRedis(cfg)
 	locker := o.locker
 	if locker == nil {
-		locker = a.redisLocker(cfg)
+		if locker, err = a.skuLocker(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
 	a.newService(ctx, cfg, o, locker, tp, log)
 	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, tp, log), a.Service, log, a.Metrics, a.Registry); err != nil {
@@ -156,15 +158,23 @@ func (a *App) openRedis(cfg Config) {
 	a.closers = append(a.closers, func() { _ = a.Redis.Close() })
 }
 
-// redisLocker is the SKU lock on Redis, its renewals and losses counted.
-func (a *App) redisLocker(cfg Config) service.Locker {
+// skuLocker is the SKU lock of cfg.LockBackend (the Redis lock by
+// default), its renewals and losses counted.
+func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error) {
 	m := a.Metrics
 	locks := lock.New(a.Redis, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
 		Renewed: m.Renewed,
 		Lost:    func(string) { m.Lock("lost", 0) },
 	}))
 	a.closers = append(a.closers, func() { _ = locks.Close() })
-	return skulock.Redis{Client: locks}
+	l, closeLocks, err := skulock.Open(ctx, skulock.Config{Backend: cfg.LockBackend, Locks: locks, Redis: a.Redis,
+		Prefix: cfg.RedisPrefix, MySQLDSN: cfg.MySQLDSN, RedlockAddrs: cfg.RedlockAddrs, RedisPassword: cfg.RedisPassword,
+		NodeTimeout: cfg.RedlockNodeTimeout, Lease: cfg.LockWatchdog, Lost: func() { m.Lock("lost", 0) }})
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() { _ = closeLocks() })
+	return l, nil
 }
 
 // newService makes the service and starts the listener of other instances'

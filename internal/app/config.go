@@ -3,12 +3,14 @@ package app
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock"
 )
 
 // Config is every setting of a stock server, parsed once from the STOCK_
@@ -80,6 +82,11 @@ type Config struct {
 	// ServiceName is OTEL_SERVICE_NAME (empty: "stock", or the service.name
 	// of OTEL_RESOURCE_ATTRIBUTES).
 	ServiceName string
+	// LockBackend is the SKU lock's gate (skulock.Backends()); the ones
+	// without a watchdog hold for LockLease, or LockWatchdog when it is 0.
+	LockBackend        string
+	RedlockAddrs       []string      // the independent masters of the redlock backend
+	RedlockNodeTimeout time.Duration // bound of each master's call
 }
 
 // ParseEnv reads the configuration from the STOCK_ variables of getenv and
@@ -127,6 +134,24 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		JWTPublicKeyFile:  p.str("STOCK_JWT_PUBLIC_KEY_FILE", ""),
 		JWTIssuer:         p.str("STOCK_JWT_ISSUER", ""),
 		JWTAudience:       p.str("STOCK_JWT_AUDIENCE", ""),
+	}
+	c.LockBackend = p.str("STOCK_LOCK_BACKEND", skulock.BackendRedisson)
+	if !skulock.ValidBackend(c.LockBackend) {
+		p.fail("STOCK_LOCK_BACKEND", fmt.Sprintf("%q; want one of %v", c.LockBackend, skulock.Backends()))
+	}
+	if v := p.str("STOCK_REDLOCK_ADDRS", ""); v != "" {
+		for _, a := range strings.Split(v, ",") {
+			c.RedlockAddrs = append(c.RedlockAddrs, strings.TrimSpace(a))
+		}
+	}
+	if slices.Contains(c.RedlockAddrs, "") {
+		p.fail("STOCK_REDLOCK_ADDRS", "an empty address in the list")
+	} else if n := len(c.RedlockAddrs); c.LockBackend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
+		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
+	}
+	c.RedlockNodeTimeout = p.duration("STOCK_REDLOCK_NODE_TIMEOUT", skulock.DefaultNodeTimeout, time.Millisecond)
+	if c.RedlockNodeTimeout == 0 {
+		p.fail("STOCK_REDLOCK_NODE_TIMEOUT", "must be a duration of at least 1ms")
 	}
 	if c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecret {
 		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))

@@ -41,6 +41,12 @@ var scenarios = []scenario{
 	{"8", "clients time out and retry (same key)", false, clientTimeouts},
 	{"9", "SIGTERM an instance", true, sigterm},
 	{"10", "a flood of concurrent orders for one SKU", true, flood},
+	{"11a", "SIGSTOP the lock holder past its lease, setnx", false, pauseBackend("setnx")},
+	{"11b", "SIGSTOP the lock holder past its lease, dbtable", false, pauseBackend("dbtable")},
+	{"11c", "SIGSTOP the lock holder past its lease, redlock", false, pauseBackend("redlock")},
+	{"12", "one of three Redlock masters killed", true, redlockMasterKilled},
+	{"13", "clock jump, then a pause, on one Redlock master", false, redlockClockJump},
+	{"14", "MariaDB killed and restarted, dbtable", false, dbtableMariaDBRestart},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses

@@ -9,7 +9,8 @@
 // every acknowledged order persisted exactly once, the audit consistent.
 //
 // The scenarios are tests (chaos_test.go). `go test ./loadtest/chaos` runs a
-// short subset (a pause, a SIGKILL, FLUSHALL, a SIGTERM, a flood); STOCK_CHAOS=full
+// short subset (a pause, a SIGKILL, FLUSHALL, a SIGTERM, a flood, a Redlock
+// master killed); STOCK_CHAOS=full
 // runs all of them (`make chaos`), and -short skips them all. With
 // STOCK_CHAOS_REPORT=<file> the results table is written there as Markdown
 // by WriteMarkdown, the small report writer of this file.

@@ -61,19 +61,24 @@ type rigConfig struct {
 	env       map[string]string // STOCK_ settings of every instance
 	redisAddr string            // STOCK_REDIS_ADDRS; empty: a redis-server of the rig's own
 	mysqlBase string            // a DSN without a database; empty: the shared MariaDB
+	// backend is STOCK_LOCK_BACKEND (empty: the default, redisson); for
+	// redlock the rig starts three masters of its own.
+	backend string
 }
 
 // rig is three instances on their own Redis and a fresh database, and what
 // the load saw.
 type rig struct {
 	t     *testing.T
-	redis *testserver.Redis     // nil when redisAddr was given
-	rdb   redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
-	dsn   string
-	db    *sql.DB
-	fleet *fleet.Fleet
-	token string
-	sku   string
+	redis *testserver.Redis // nil when redisAddr was given
+	// masters are the Redlock masters (backend redlock only).
+	masters []*testserver.Redis
+	rdb     redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
+	dsn     string
+	db      *sql.DB
+	fleet   *fleet.Fleet
+	token   string
+	sku     string
 
 	mu     sync.Mutex
 	events []driver.Event
@@ -105,9 +110,25 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	db.SetMaxOpenConns(2)
 	t.Cleanup(func() { _ = db.Close() })
 	r.db = db
+	env := rc.env
+	if rc.backend != "" {
+		env = map[string]string{"STOCK_LOCK_BACKEND": rc.backend}
+		for k, v := range rc.env {
+			env[k] = v
+		}
+		if rc.backend == skulock.BackendRedlock {
+			var addrs []string
+			for range 3 {
+				m := testserver.StartRedis(t)
+				r.masters = append(r.masters, m)
+				addrs = append(addrs, m.Addr)
+			}
+			env["STOCK_REDLOCK_ADDRS"] = strings.Join(addrs, ",")
+		}
+	}
 	f, err := fleet.Start(ctx, fleet.Config{
 		Bin: bin, N: 3, DSN: r.dsn, RedisAddr: addr, AdminToken: r.token, Strategy: rc.strategy,
-		LogDir: t.TempDir(), Name: "stock", Env: rc.env,
+		LogDir: t.TempDir(), Name: "stock", Env: env,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -356,6 +377,45 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 	}
 	r.t.Fatalf("no candidate instance %v was found holding the lock of %s within 40s\n%s", candidates, r.sku, r.fleet.Logs())
 	return nil, time.Time{}
+}
+
+// pauseInTrx pauses (SIGSTOP) candidate instances at random until one is
+// stopped inside its transaction (InnoDB shows the same transaction holding
+// row locks through 200ms of the pause; only the lock holder reaches the
+// guarding UPDATE), and returns it paused with the moment it was stopped.
+// It needs nothing of the lock's own keys, so it serves every backend.
+func (r *rig) pauseInTrx(ctx context.Context, candidates ...int) (*fleet.Instance, time.Time) {
+	r.t.Helper()
+	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); {
+		in := r.fleet.Instances[candidates[rand.IntN(len(candidates))]]
+		if err := in.Signal(syscall.SIGSTOP); err != nil {
+			r.t.Fatalf("SIGSTOP instance %d: %v", in.Index, err)
+		}
+		t0 := time.Now()
+		time.Sleep(100 * time.Millisecond)
+		x1, s1 := r.lockingTrx(ctx), r.sold(ctx)
+		time.Sleep(200 * time.Millisecond)
+		x2, s2 := r.lockingTrx(ctx), r.sold(ctx)
+		// And nothing sold meanwhile: the others wait for its lock (or its
+		// row), so it is the holder, not a bystander with a long transaction.
+		r.t.Logf("pause instance %d: trx %v then %v, sold %d then %d", in.Index, x1, x2, s1, s2)
+		if s1 == s2 && slices.ContainsFunc(x1, func(id string) bool { return slices.Contains(x2, id) }) {
+			return in, t0
+		}
+		if err := in.Signal(syscall.SIGCONT); err != nil {
+			r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
+		}
+		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond)
+	}
+	r.t.Fatalf("no candidate instance %v was found inside its transaction within 40s\n%s", candidates, r.fleet.Logs())
+	return nil, time.Time{}
+}
+
+// sold is the SKU's sold count (-1 if it cannot be read).
+func (r *rig) sold(ctx context.Context) int64 {
+	var n int64 = -1
+	_ = r.db.QueryRowContext(ctx, "SELECT sold FROM stock WHERE sku = ?", r.sku).Scan(&n)
+	return n
 }
 
 // acquired sums stock_lock_results_total{result="acquired"} over the

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
 )
@@ -61,6 +62,7 @@ type options struct {
 	logw       io.Writer
 	ceiling    *ceilingOpts // nil: no ceiling phase
 	profile    string       // if set, the throughput phase's lock+version run writes a CPU profile document here
+	gates      *gatesOpts   // nil: no gates phase
 }
 
 // ceilingOpts sizes the ceiling phase.
@@ -75,7 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		o          options
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
-		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput")
+		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, gates")
+		backends   = fs.String("backends", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Backends(), ","))
+		gates      = gatesOpts{}
 		ceil       = ceilingOpts{}
 		sell       = phase{name: "sellout"}
 		tp         = phase{name: "throughput"}
@@ -107,6 +111,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.profile, "profile", "", "write a CPU profile of one lock+version instance in the throughput phase to this markdown file (and the raw profile beside it)")
 	fs.IntVar(&ceil.concurrency, "ceiling-concurrency", 240, "ceiling: concurrent connections")
 	fs.DurationVar(&ceil.duration, "ceiling-duration", 5*time.Second, "ceiling: measured time of each request kind (after 1s of warm-up)")
+	fs.Int64Var(&gates.stock, "gates-stock", 5000, "gates: units of the exact run, one per buyer")
+	fs.IntVar(&gates.concurrency, "gates-concurrency", 200, "gates: concurrent buyers of the exact run")
+	fs.Int64Var(&gates.pauseStock, "gates-pause-stock", 200, "gates: units of the pause run (twice as many buyers, 20 concurrent)")
+	fs.StringVar(&gates.doc, "gates-doc", "", "gates: also write the comparison as a markdown document here")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -150,11 +158,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				tp.note += " The instances run as the ceiling's do, without the per-IP rate limit, so orders/s compares with their /healthz rate; the ceiling's two sold-out floods show what the limit costs per request."
 			}
 			o.phases = append(o.phases, tp)
+		case "gates":
+			gates.backends = splitList(*backends)
+			if *backends == "all" {
+				gates.backends = skulock.Backends()
+			}
+			for _, b := range gates.backends {
+				if !skulock.ValidBackend(b) {
+					return fmt.Errorf("-backends: unknown backend %q; want some of %s", b, strings.Join(skulock.Backends(), ","))
+				}
+			}
+			o.gates = &gates
 		default:
-			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput", p)
+			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, gates", p)
 		}
 	}
-	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil {
+	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil {
 		return errors.New("nothing to run: -strategies and -phases must not be empty")
 	}
 	if o.instances < 1 || o.instances > 16 {
@@ -269,8 +288,33 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 		}
 		sections = append(sections, driver.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs, SafetyOnly: p.safetyOnly})
 	}
+	var gs []gateResult
+	if o.gates != nil && len(o.gates.backends) > 0 {
+		var err error
+		if gs, err = runGates(ctx, o, runID, token); err != nil {
+			return driver.Report{}, err
+		}
+		exact, _ := gatesSections(gs, o.gates)
+		fmt.Fprintf(stdout, "\nGates: each STOCK_LOCK_BACKEND under lock+version (backstop on), then under lock (backstop off) with its holder paused past the lease\n")
+		if err := writeGatesTable(stdout, gs); err != nil {
+			return driver.Report{}, err
+		}
+		sections = append(sections, exact)
+		if o.gates.doc != "" {
+			if err := writeGatesDoc(ctx, o.gates.doc, o, gs); err != nil {
+				return driver.Report{}, err
+			}
+			fmt.Fprintf(stdout, "gates: %s\n", o.gates.doc)
+		}
+	}
 	title := fmt.Sprintf("seckill demo: %d instances per strategy", o.instances)
 	rep := driver.NewReport(title, sections...)
+	if gs != nil {
+		// Reported, not required: the oversell of a gate without its
+		// backstop is the finding.
+		_, pause := gatesSections(gs, o.gates)
+		rep.Sections = append(rep.Sections, pause)
+	}
 	rep.Ceiling, rep.CeilingNote = ceiling, strings.Join(ceilingGoals(ceiling), " ")
 	return rep, nil
 }

@@ -1,0 +1,217 @@
+package skulock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// DBTable is the service.Locker on a table of the stock database
+// (sku_locks, migration 00003): a row per held lock, its unique key on the
+// lock name the exclusion. It is safe for concurrent use; Close stops its
+// reaper and closes the connections it opened.
+type DBTable struct {
+	db    *sql.DB
+	owned bool
+	lease time.Duration
+	lost  func()
+	bg    background
+
+	stop   chan struct{}
+	reaped sync.WaitGroup
+}
+
+// ReapEvery is how often a DBTable deletes expired rows: the rows of holders
+// that crashed, for SKUs no one asked for since (an acquire takes over an
+// expired row itself, so the reaper only keeps the table small).
+const ReapEvery = 5 * time.Second
+
+// NewDBTable returns the table locker on db (a migrated stock database).
+// lease is what TryLock's lease 0 means (there is no watchdog); lost, if
+// set, is called once per hold that reached its deadline unreleased. It
+// starts the reaper; Close stops it.
+func NewDBTable(db *sql.DB, lease time.Duration, lost func()) *DBTable {
+	l := &DBTable{db: db, lease: lease, lost: lost, stop: make(chan struct{})}
+	l.reaped.Add(1)
+	go l.reaper()
+	return l
+}
+
+// openDB opens a small pool on dsn for the lock statements, one round trip
+// each (arguments interpolated, as the repo does).
+func openDB(dsn string, conns int) (*sql.DB, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("skulock: bad MySQL DSN: %w", err)
+	}
+	cfg.InterpolateParams = true
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 3 * time.Second
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 5 * time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("skulock: MySQL connector: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxLifetime(5 * time.Minute)
+	return db, nil
+}
+
+const (
+	// The acquire: the unique key on name decides between racing inserts.
+	dbInsert = "INSERT INTO sku_locks (name, owner, expires_at) VALUES (?, ?, NOW(6) + INTERVAL ? MICROSECOND)"
+	// The takeover of a crashed (expired) holder's row; see TryLock.
+	dbTakeover = "DELETE FROM sku_locks WHERE name = ? AND expires_at < NOW(6)"
+	// The release, and the undo of an acquire whose outcome is unknown.
+	dbRelease = "DELETE FROM sku_locks WHERE id = ? AND owner = ?"
+	dbUndo    = "DELETE FROM sku_locks WHERE name = ? AND owner = ?"
+	dbReap    = "DELETE FROM sku_locks WHERE expires_at < NOW(6) LIMIT 1000"
+)
+
+// TryLock takes sku's lock within wait, for lease (0: the locker's
+// default): INSERT the lock's row; on a duplicate key, delete the row if it
+// has expired and INSERT again.
+//
+// Why the takeover is safe: the DELETE removes a row only when its
+// expires_at has passed on the database server's own clock (NOW(6)), the
+// same clock that stamped it, so the instances' clocks play no part; a live
+// holder's row is never deleted. Two waiters that both see the expired row
+// both run the DELETE (one deletes it, the other deletes nothing) and both
+// INSERT, and the unique key lets exactly one of them in. The new row gets
+// a new AUTO_INCREMENT id, so the fencing token grows with every holder
+// (INSERT ... ON DUPLICATE KEY UPDATE would take over in one statement but
+// keep the old id). Each statement runs on its own (autocommit), so no lock
+// of this table is held between them.
+//
+// Errors: service.ErrLockNotObtained (joined with ctx's error when ctx
+// ended), or a wrapped MySQL error.
+func (l *DBTable) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
+	if lease <= 0 {
+		lease = l.lease
+	}
+	name := Name(sku)
+	token := newToken()
+	insert := func() (service.Hold, bool, error) {
+		sent := time.Now()
+		res, err := l.db.ExecContext(ctx, dbInsert, name, token, lease.Microseconds())
+		switch {
+		case isDup(err): // held
+			return nil, false, nil
+		case isContention(err): // rolled back: not held
+			return nil, false, nil
+		case err != nil:
+			// The INSERT may have committed with its reply lost: undo it.
+			l.bg.run(func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+				defer cancel()
+				_, _ = l.db.ExecContext(cctx, dbUndo, name, token)
+			})
+			return nil, false, fmt.Errorf("skulock: dbtable lock %q: %w", name, err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return nil, false, fmt.Errorf("skulock: dbtable lock %q: %w", name, err)
+		}
+		release := func(ctx context.Context) (bool, error) {
+			res, err := l.db.ExecContext(ctx, dbRelease, id, token)
+			// A deadlock victim was rolled back: the DELETE by id and owner
+			// can be sent again, and a second one that finds nothing says
+			// so without touching anyone else's row.
+			for try := 0; isContention(err) && try < 3; try++ {
+				res, err = l.db.ExecContext(ctx, dbRelease, id, token)
+			}
+			if err != nil {
+				return false, fmt.Errorf("skulock: dbtable unlock %q: %w", name, err)
+			}
+			n, err := res.RowsAffected()
+			return n == 1, err
+		}
+		return newLeaseHold(ctx, sent.Add(lease), id, l.lost, release), true, nil
+	}
+	return poll(ctx, wait, func() (service.Hold, bool, error) {
+		h, ok, err := insert()
+		if ok || err != nil {
+			return h, ok, err
+		}
+		res, err := l.db.ExecContext(ctx, dbTakeover, name)
+		if isContention(err) {
+			return nil, false, nil // another waiter is at the row: try again later
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("skulock: dbtable takeover %q: %w", name, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil, false, nil // a live holder
+		}
+		return insert()
+	})
+}
+
+// isDup reports MySQL's ER_DUP_ENTRY: the lock's row exists.
+func isDup(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
+
+// isContention reports a deadlock (1213) or lock wait timeout (1205): InnoDB
+// rolled the statement back (each runs on its own), so it changed nothing.
+// Waiters' takeover DELETEs and the holder's INSERT or release on one
+// unique key can deadlock each other; that is contention, not an outage.
+func isContention(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// reaper deletes expired rows every ReapEvery until Close.
+func (l *DBTable) reaper() {
+	defer l.reaped.Done()
+	t := time.NewTicker(ReapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		_, _ = l.db.ExecContext(ctx, dbReap) // an unreachable MySQL: the next tick tries again
+		cancel()
+	}
+}
+
+// Reap deletes expired rows now (what the reaper does every ReapEvery) and
+// returns how many.
+func (l *DBTable) Reap(ctx context.Context) (int64, error) {
+	res, err := l.db.ExecContext(ctx, dbReap)
+	if err != nil {
+		return 0, fmt.Errorf("skulock: dbtable reap: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// Close stops the reaper, waits for the clean-up of acquires whose outcome
+// was unknown and closes the pool Open created.
+func (l *DBTable) Close() error {
+	close(l.stop)
+	l.reaped.Wait()
+	l.bg.wait()
+	if l.owned {
+		return l.db.Close()
+	}
+	return nil
+}

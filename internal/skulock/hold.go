@@ -1,0 +1,180 @@
+package skulock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seckill/stock/internal/lock"
+	"github.com/seckill/stock/internal/service"
+)
+
+var (
+	// ErrNotHeld is returned by Unlock of a hold whose lock had expired, was
+	// taken over or was already released. It is lock.ErrNotHeld, so one
+	// errors.Is covers every backend.
+	ErrNotHeld = lock.ErrNotHeld
+	// ErrLockLost is the cause of a hold's context (and its Err) once the
+	// lock may be held by someone else: for the backends without a
+	// watchdog, when its lease ran out. It is lock.ErrLockLost.
+	ErrLockLost = lock.ErrLockLost
+)
+
+// leaseHold is a hold of a backend without a watchdog (setnx, dbtable,
+// redlock): nothing renews it, so it is held until its deadline, measured
+// on this process's monotonic clock from just before the acquire was sent
+// (minus the drift allowance for redlock), and lost then. Its context is
+// cancelled with ErrLockLost by a timer at the deadline, and Err compares
+// the clock itself, so a process resumed after a SIGSTOP past the deadline
+// sees the loss at its next check even before the late timer has run.
+type leaseHold struct {
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	deadline time.Time // carries the monotonic reading
+	fence    int64
+	timer    *time.Timer
+	release  func(ctx context.Context) (held bool, err error)
+	lost     func() // hook, may be nil
+
+	state atomic.Int32 // stateHeld, stateReleased, stateLost
+	once  sync.Once    // Unlock takes effect once
+}
+
+const (
+	stateHeld int32 = iota
+	stateReleased
+	stateLost
+)
+
+// newLeaseHold returns a hold lost at deadline. The hold's context derives
+// from ctx without its cancellation: the caller's request may end while a
+// batch it started still writes under the lock.
+func newLeaseHold(ctx context.Context, deadline time.Time, fence int64, lost func(), release func(context.Context) (bool, error)) *leaseHold {
+	h := &leaseHold{deadline: deadline, fence: fence, lost: lost, release: release}
+	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	h.timer = time.AfterFunc(time.Until(deadline), h.lose)
+	return h
+}
+
+func (h *leaseHold) lose() {
+	// Not h.timer.Stop(): lose may run on the timer's goroutine before
+	// newLeaseHold has stored it; a timer that fires later finds the state.
+	if h.state.CompareAndSwap(stateHeld, stateLost) {
+		if h.lost != nil {
+			h.lost()
+		}
+		h.cancel(ErrLockLost)
+	}
+}
+
+// Context is cancelled with cause ErrLockLost at the lease deadline, or
+// with context.Canceled once the hold is released.
+func (h *leaseHold) Context() context.Context { return h.ctx }
+
+// Fence is the hold's fencing token (see the package documentation for
+// what each backend's token promises).
+func (h *leaseHold) Fence() int64 { return h.fence }
+
+// Err is nil while held, ErrLockLost once the deadline passed, ErrNotHeld
+// once released.
+func (h *leaseHold) Err() error {
+	if h.state.Load() == stateHeld && !time.Now().Before(h.deadline) {
+		h.lose()
+	}
+	switch h.state.Load() {
+	case stateLost:
+		return ErrLockLost
+	case stateReleased:
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// Unlock releases the lock if this hold still owns it (a compare-and-delete
+// on the hold's token, so it never frees another holder's lock). It returns
+// ErrNotHeld when the deadline had passed, the lock was taken over or the
+// hold was already unlocked, and the store's error when it could not be
+// reached (the lock then expires at its lease).
+func (h *leaseHold) Unlock(ctx context.Context) error {
+	err := ErrNotHeld
+	h.once.Do(func() {
+		expired := h.Err() != nil
+		held, rerr := h.release(ctx)
+		if h.state.CompareAndSwap(stateHeld, stateReleased) {
+			h.timer.Stop()
+			h.cancel(context.Canceled)
+		}
+		switch {
+		case rerr != nil:
+			err = rerr
+		case expired || !held:
+			err = ErrNotHeld
+		default:
+			err = nil
+		}
+	})
+	return err
+}
+
+// poll calls try until it obtains the lock, fails, the wait runs out or ctx
+// ends, sleeping a jittered, exponentially growing pause between tries
+// (minPoll doubling to maxPoll, never past the end of the wait). try
+// reports obtained=false for "held by someone else"; an error ends the
+// poll at once. A wait of 0 tries once.
+func poll[T any](ctx context.Context, wait time.Duration, try func() (T, bool, error)) (T, error) {
+	var zero T
+	end := time.Now().Add(wait)
+	pause := minPoll
+	for {
+		v, ok, err := try()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return zero, errors.Join(service.ErrLockNotObtained, ctx.Err())
+		case err != nil:
+			return zero, err
+		case ok:
+			return v, nil
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return zero, service.ErrLockNotObtained
+		}
+		// Full jitter over [pause/2, pause): waiters of one SKU spread out
+		// instead of arriving together when the holder lets go.
+		d := min(pause/2+rand.N(pause/2), left)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, errors.Join(service.ErrLockNotObtained, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, maxPoll)
+	}
+}
+
+// The bounds of the pause between polls of a held lock. A batch holds a
+// SKU lock for a few milliseconds, so the first retries come soon; the cap
+// keeps a waiter that lost many rounds from sleeping through free turns.
+const (
+	minPoll = 2 * time.Millisecond
+	maxPoll = 32 * time.Millisecond
+)
+
+// background runs clean-up that must outlive the call that started it (the
+// undo of an acquire whose outcome is unknown); Close waits for it.
+type background struct{ wg sync.WaitGroup }
+
+func (b *background) run(f func()) {
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); f() }()
+}
+
+func (b *background) wait() { b.wg.Wait() }
+
+// cleanupTimeout bounds one clean-up call (an undo, or a release on
+// Unlock's own context being already done).
+const cleanupTimeout = time.Second

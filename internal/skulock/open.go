@@ -1,0 +1,102 @@
+package skulock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/lock"
+	"github.com/seckill/stock/internal/service"
+)
+
+// The backends of Open (STOCK_LOCK_BACKEND).
+const (
+	BackendRedisson = "redisson"
+	BackendSetNX    = "setnx"
+	BackendDBTable  = "dbtable"
+	BackendRedlock  = "redlock"
+)
+
+// Backends returns every backend name, the default first.
+func Backends() []string {
+	return []string{BackendRedisson, BackendSetNX, BackendDBTable, BackendRedlock}
+}
+
+// ValidBackend reports whether name is a backend of Open.
+func ValidBackend(name string) bool { return slices.Contains(Backends(), name) }
+
+// Config is what Open needs; each backend reads only its own fields.
+type Config struct {
+	Backend string // one of Backends(); "" is BackendRedisson
+
+	Locks  *lock.Client          // redisson
+	Redis  redis.UniversalClient // setnx
+	Prefix string                // setnx, redlock: in front of every key (STOCK_REDIS_PREFIX)
+
+	MySQLDSN   string // dbtable: the stock database
+	MySQLConns int    // dbtable: its own pool (default 8)
+
+	RedlockAddrs  []string      // redlock: the independent masters
+	RedisPassword string        // redlock: of every master
+	NodeTimeout   time.Duration // redlock: per node call (default DefaultNodeTimeout)
+
+	// Lease is the lease of a TryLock with lease 0 for the backends without
+	// a watchdog (setnx, dbtable, redlock); required for them.
+	Lease time.Duration
+	// Lost, if set, is called once for every hold of those backends that
+	// reached its lease deadline unreleased (redisson reports losses
+	// through the lock.Client's own hooks).
+	Lost func()
+}
+
+// Open returns the locker of cfg.Backend and a close function that stops
+// what it started (background clean-up, the reaper, the connections it
+// opened; not cfg.Locks or cfg.Redis). It connects lazily: a store that is
+// down at start-up makes TryLock fail, as a store that goes down later
+// does. Errors name the missing or bad setting.
+func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error) {
+	none := func() error { return nil }
+	if cfg.Backend != "" && cfg.Backend != BackendRedisson && cfg.Lease <= 0 {
+		return nil, nil, fmt.Errorf("skulock: backend %s: a lease is required (it has no watchdog)", cfg.Backend)
+	}
+	switch cfg.Backend {
+	case "", BackendRedisson:
+		if cfg.Locks == nil {
+			return nil, nil, errors.New("skulock: backend redisson: no lock client")
+		}
+		return Redis{Client: cfg.Locks}, none, nil
+	case BackendSetNX:
+		if cfg.Redis == nil {
+			return nil, nil, errors.New("skulock: backend setnx: no Redis client")
+		}
+		l := NewSetNX(cfg.Redis, cfg.Prefix, cfg.Lease, cfg.Lost)
+		return l, l.Close, nil
+	case BackendDBTable:
+		if cfg.MySQLConns <= 0 {
+			cfg.MySQLConns = 8
+		}
+		db, err := openDB(cfg.MySQLDSN, cfg.MySQLConns)
+		if err != nil {
+			return nil, nil, err
+		}
+		l := NewDBTable(db, cfg.Lease, cfg.Lost)
+		l.owned = true
+		return l, l.Close, nil
+	case BackendRedlock:
+		if len(cfg.RedlockAddrs) == 0 {
+			return nil, nil, errors.New("skulock: backend redlock: no master addresses")
+		}
+		var nodes []redis.UniversalClient
+		for _, a := range cfg.RedlockAddrs {
+			nodes = append(nodes, redis.NewClient(RedlockNodeOptions(a, cfg.RedisPassword, cfg.NodeTimeout)))
+		}
+		l := NewRedlock(nodes, cfg.Prefix, cfg.Lease, cfg.NodeTimeout, cfg.Lost)
+		l.owned = true
+		return l, l.Close, nil
+	}
+	return nil, nil, fmt.Errorf("skulock: unknown backend %q; want one of %v", cfg.Backend, Backends())
+}

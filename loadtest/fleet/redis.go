@@ -1,0 +1,84 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a private redis-server on a free loopback port (no persistence),
+// for runs that must count its commands or fail it: the demo's gates phase.
+type Redis struct {
+	Addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRedis starts redis-server with its files in dir and waits until it
+// answers PING. The server dies with this process (Linux).
+func StartRedis(ctx context.Context, dir string) (*Redis, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	r.cmd.SysProcAttr = sysProcAttr()
+	if err := r.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	go func() { _ = r.cmd.Wait(); close(r.done) }()
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			r.Kill()
+			return nil, fmt.Errorf("redis-server on %s did not answer: %w", r.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Commands returns the server's total_commands_processed (INFO stats).
+func (r *Redis) Commands(ctx context.Context) (int64, error) {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	defer c.Close()
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("redis %s: no total_commands_processed in INFO stats", r.Addr)
+}
+
+// Kill stops the server (SIGKILL) and waits for it.
+func (r *Redis) Kill() {
+	_ = r.cmd.Process.Signal(syscall.SIGCONT)
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
