@@ -146,7 +146,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(checkSpec(t, h)) // every exchange checked against the OpenAPI document
 	t.Cleanup(func() {
 		srv.Close()
 		_ = locks.Close()
