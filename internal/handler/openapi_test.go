@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -214,3 +215,104 @@ func (r *recorder) Flush() {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// The check catches drift: each answer below breaks the document in one way
+// and is reported; the good ones next to them are not.
+func TestSpecCheckCatchesDrift(t *testing.T) {
+	t.Parallel()
+	s, err := handlerSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = "https://stock.example/problems/"
+	stock := `{"sku":"S","available":1,"sold":0,"version":1,"per_buyer_limit":0}`
+	order := `{"id":7,"buyer":"b","idempotency_key":"k","sku":"S","quantity":1,"created_at":"2026-01-02T03:04:05Z"}`
+	problem := func(kind string, status int, extra string) string {
+		return fmt.Sprintf(`{"type":%q,"title":"t","status":%d,"instance":"/x"%s}`, base+kind, status, extra)
+	}
+	js, pj := "application/json; charset=utf-8", "application/problem+json"
+	buyer := "Bearer some.jwt.token"
+	placed := []string{"Location", "/v1/orders/7"}
+	for _, c := range []struct {
+		name               string
+		method, path, auth string
+		reqHeader          []string
+		reqBody            string
+		status             int
+		ctype              string
+		header             []string
+		body               string
+		drift              bool
+	}{
+		{"stock", "GET", "/v1/stock/S", "", nil, "", 200, js, nil, stock, false},
+		{"stock, HEAD", "HEAD", "/v1/stock/S", "", nil, "", 200, js, nil, "", false},
+		{"stock without a field", "GET", "/v1/stock/S", "", nil, "", 200, js, nil, `{"sku":"S","available":1,"sold":0,"per_buyer_limit":0}`, true},
+		{"stock with a field the document does not have", "GET", "/v1/stock/S", "", nil, "", 200, js, nil, stock[:len(stock)-1] + `,"price":3}`, true},
+		{"stock with a field of another type", "GET", "/v1/stock/S", "", nil, "", 200, js, nil, `{"sku":"S","available":"1","sold":0,"version":1,"per_buyer_limit":0}`, true},
+		{"stock in another media type", "GET", "/v1/stock/S", "", nil, "", 200, "text/plain", nil, stock, true},
+		{"a status the operation does not list", "GET", "/v1/stock/S", "", nil, "", 418, pj, nil, problem("teapot", 418, ""), true},
+		{"HEAD with a status GET does not list", "HEAD", "/v1/stock/S", "", nil, "", 418, pj, nil, "", true},
+		{"unknown SKU", "GET", "/v1/stock/S", "", nil, "", 404, pj, nil, problem("unknown-sku", 404, ""), false},
+		{"a problem kind the answer does not have", "GET", "/v1/stock/S", "", nil, "", 404, pj, nil, problem("order-not-found", 404, ""), true},
+		{"a problem whose status is not the answer's", "GET", "/v1/stock/S", "", nil, "", 404, pj, nil, problem("unknown-sku", 400, ""), true},
+		{"a problem as application/json", "GET", "/v1/stock/S", "", nil, "", 404, js, nil, problem("unknown-sku", 404, ""), true},
+		{"no X-Request-Id", "GET", "/v1/stock/S", "", nil, "", 200, js, []string{"X-Request-Id", ""}, stock, true},
+		{"an undocumented route that answers", "GET", "/v1/coupons", "", nil, "", 200, js, nil, `{}`, true},
+		{"an undocumented route: not found", "GET", "/v1/coupons", "", nil, "", 404, pj, nil, problem("not-found", 404, ""), false},
+		{"an undocumented method that answers", "DELETE", "/v1/orders", buyer, nil, "", 204, "", nil, "", true},
+		{"an undocumented method: not allowed", "DELETE", "/v1/orders", buyer, nil, "", 405, pj, nil, problem("method-not-allowed", 405, ""), false},
+		{"order placed", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 201, js, placed, order, false},
+		{"order placed without Location", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 201, js, nil, order, true},
+		{"order placed without an Idempotency-Key", "POST", "/v1/orders", buyer, nil, `{"sku":"S","quantity":1}`, 201, js, placed, order, true},
+		{"order placed without credentials", "POST", "/v1/orders", "", []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 201, js, placed, order, true},
+		{"order placed for a body the document refuses", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":0}`, 201, js, placed, order, true},
+		{"a refused body answered 400", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":0}`, 400, pj, nil, problem("invalid-request", 400, `,"detail":"d"`), false},
+		{"401 with WWW-Authenticate", "POST", "/v1/orders", "", nil, "", 401, pj, []string{"WWW-Authenticate", `Bearer realm="stock", error="invalid_token"`}, problem("invalid-token", 401, ""), false},
+		{"401 without WWW-Authenticate", "POST", "/v1/orders", "", nil, "", 401, pj, nil, problem("invalid-token", 401, ""), true},
+		{"limit exceeded", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("limit-exceeded", 409, `,"detail":"d","limit":3,"remaining":0`), false},
+		{"limit exceeded without remaining", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("limit-exceeded", 409, `,"detail":"d","limit":3`), true},
+		{"sold out with a limit", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("sold-out", 409, `,"limit":3,"remaining":0`), true},
+		{"busy without Retry-After", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 429, pj, nil, problem("busy", 429, ""), true},
+		{"busy", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 429, pj, []string{"Retry-After", "1"}, problem("busy", 429, ""), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fake := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				w.Header().Set("X-Request-Id", "r1")
+				if c.ctype != "" {
+					w.Header().Set("Content-Type", c.ctype)
+				}
+				for i := 0; i+1 < len(c.header); i += 2 {
+					w.Header().Set(c.header[i], c.header[i+1])
+					if c.header[i+1] == "" {
+						w.Header().Del(c.header[i])
+					}
+				}
+				w.WriteHeader(c.status)
+				_, _ = io.WriteString(w, c.body)
+			})
+			var got []error
+			h := s.Wrap(fake, func(err error) { got = append(got, err) })
+			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.reqBody))
+			if c.reqBody != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			if c.auth != "" {
+				req.Header.Set("Authorization", c.auth)
+			}
+			for i := 0; i+1 < len(c.reqHeader); i += 2 {
+				req.Header.Set(c.reqHeader[i], c.reqHeader[i+1])
+			}
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			if c.drift && len(got) == 0 {
+				t.Fatalf("%s %s answered %d %s %s: no mismatch reported; want one", c.method, c.path, c.status, c.ctype, c.body)
+			}
+			if c.drift {
+				t.Logf("reported: %v", got[0])
+			}
+			if !c.drift && len(got) > 0 {
+				t.Fatalf("%s %s answered %d %s %s: mismatch %v; want none", c.method, c.path, c.status, c.ctype, c.body, got)
+			}
+		})
+	}
+}
