@@ -7,6 +7,7 @@ package apptest
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -71,11 +72,27 @@ func Start(t testing.TB, cfg app.Config, opts ...app.Option) *Server {
 // StartLogged is Start with the server logging to log (nil: nowhere).
 func StartLogged(t testing.TB, cfg app.Config, log *slog.Logger, opts ...app.Option) *Server {
 	t.Helper()
+	return start(t, cfg, log, nil, opts...)
+}
+
+// StartWrapped is Start with the server's handler wrapped by wrap (a check
+// of every request and answer, say).
+func StartWrapped(t testing.TB, cfg app.Config, wrap func(http.Handler) http.Handler, opts ...app.Option) *Server {
+	t.Helper()
+	return start(t, cfg, nil, wrap, opts...)
+}
+
+func start(t testing.TB, cfg app.Config, log *slog.Logger, wrap func(http.Handler) http.Handler, opts ...app.Option) *Server {
+	t.Helper()
 	a, err := app.New(context.Background(), cfg, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(a.Handler)
+	h := a.Handler
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
 		a.Close()

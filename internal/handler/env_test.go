@@ -126,7 +126,8 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	if o.hook != nil {
 		opts = append(opts, app.WithCriticalSection(o.hook))
 	}
-	srv := apptest.Start(t, cfg, opts...)
+	// Every request and answer is checked against the OpenAPI document.
+	srv := apptest.StartWrapped(t, cfg, func(h http.Handler) http.Handler { return checkSpec(t, h) }, opts...)
 	return &instance{url: srv.URL, metrics: srv.Metrics, reg: srv.Registry, svc: srv.Service}
 }
 

@@ -113,7 +113,7 @@ type anyoneLocker struct{}
 type noHold struct{}
 
 func (noHold) Context() context.Context     { return context.Background() }
-func (noHold) Fence() int64                 { return 0 }
+func (noHold) Fence() int64                 { return 1 } // one token for all, from 1 like a real lock's
 func (noHold) Err() error                   { return nil }
 func (noHold) Unlock(context.Context) error { return nil }
 

@@ -85,6 +85,10 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	spec, err := openapiJSON()
+	if err != nil {
+		return nil, err
+	}
 	budget := &logBudget{perSec: int64(cfg.LogBudget)}
 	h := &Handler{svc: svc, adminToken: cfg.AdminToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
 	r := gin.New()
@@ -138,6 +142,8 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	if cfg.ServeMetrics {
 		get(r, "/metrics", MetricsHandler(gatherer))
 	}
+	get(r, "/openapi.yaml", serveDocument("application/yaml", openapiYAML))
+	get(r, "/openapi.json", serveDocument("application/json", spec))
 
 	r.NoRoute(func(c *gin.Context) { _ = c.Error(errRouteNotFound) })
 	r.NoMethod(func(c *gin.Context) { _ = c.Error(errMethodNotAllow) })

@@ -56,6 +56,9 @@ func (h *Handler) audit(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
+	if a.Problems == nil {
+		a.Problems = []string{} // none: [], not null
+	}
 	writeJSON(c, http.StatusOK, a)
 }
 
