@@ -1,9 +1,9 @@
-// Package driver runs the "seckill" load scenario of loadtest.md against one
-// or more instances of the stock service and proves the result from the
-// server's own state: N buyers race for one SKU, each placing one order under
-// its own Idempotency-Key, and afterwards the audit endpoint and (optionally)
-// MySQL itself must show that exactly min(stock, demand) was sold, nothing
-// was oversold and every order a buyer was told about exists exactly once.
+// Package driver runs the "seckill" load scenario against one or more
+// instances of the stock service and proves the result from the server's
+// own state: N buyers race for one SKU, each placing one order under its own
+// Idempotency-Key, and afterwards the audit endpoint and (optionally) MySQL
+// itself must show that exactly min(stock, demand) was sold, nothing was
+// oversold and every order a buyer was told about exists exactly once.
 //
 // It mirrors loadtest/k6/seckill.js: the same setup (set the stock through
 // the admin API, read it back through every instance), the same buyers
