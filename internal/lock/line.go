@@ -371,7 +371,9 @@ func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) erro
 		nl.end(stateLost)
 		w.grant <- nil
 		c.retryRelease(m, owner, fence, 1, w.dur, sent+w.dur) // Close raced us: a no-op once closed
-		return nil
+		// What Close cut short is the waiter's hold (the waiter hears
+		// ErrClosed); the Unlock itself succeeded.
+		return nil //nolint:nilerr // the error is the waiter's, not this Unlock's
 	}
 	hd := &Hold{l: nl}
 	c.mu.Lock()

@@ -188,7 +188,9 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 	if err := c.register(l); err != nil {
 		l.end(stateLost)
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-		m.releaseCall(uctx, owner, fence, 1, dur)
+		// Best effort: the Client is closed, so nothing could retry it, and
+		// the lease lapses on its own.
+		_, _ = m.releaseCall(uctx, owner, fence, 1, dur)
 		cancel()
 		return nil, busy{}, err
 	}
