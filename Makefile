@@ -1,20 +1,28 @@
 GO ?= go
 export CGO_ENABLED ?= 1
 
-.PHONY: help test vet unit fuzz run build bench chaos demo k6-check
+.PHONY: help test vet lint unit fuzz run build bench chaos demo k6-check
 
 ## help: list the targets (from their ## comments)
 help:
 	@awk '/^## [a-z0-9-]+:/ { sub(/^## /, ""); print; next } /^## / { sub(/^## /, "    "); print }' $(MAKEFILE_LIST)
 
-## test: vet, the whole suite with the race detector, the compose file and k6 type checks (what CI runs)
-test: vet unit fuzz compose-check k6-check
+## test: vet, lint, the whole suite with the race detector, the compose file and k6 type checks (what CI runs)
+test: vet lint unit fuzz compose-check k6-check
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 vet:
 	$(GO) vet ./...
+
+## lint: golangci-lint (the version pinned here, built by `go run`) with .golangci.yml, on this module, bench/ and loadtest/composecheck/
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT = $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+lint:
+	$(GOLANGCI_LINT) run ./...
+	cd bench && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
+	cd loadtest/composecheck && $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
 ## fuzz: each fuzz target for FUZZTIME (request decoding, key and SKU validators, POST /v1/orders, the whole router)
 FUZZTIME ?= 5s

@@ -116,11 +116,11 @@ type locker interface {
 	Unlock(ctx context.Context) error
 }
 
-// impl makes lockers on one go-redis client; close ends what it started.
+// impl makes lockers on one go-redis client; stop ends what it started.
 type impl struct {
 	name string
 	// open returns a per-client factory of per-goroutine lockers.
-	open func(r *redis.Client) (newLocker func(key string) locker, close func())
+	open func(r *redis.Client) (newLocker func(key string) locker, stop func())
 }
 
 type oursLocker struct {

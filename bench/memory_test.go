@@ -40,7 +40,7 @@ func BenchmarkMemory(b *testing.B) {
 		fixedWorkload(b, func(report reportFunc) {
 			r := newRDB(b, 1)
 			c := lock.New(r)
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			prefix := keyName(b)
 			holds := make([]*lock.Hold, memHolds+1)
 			measureMemory(b, report, r, prefix, func(i int, name string) {

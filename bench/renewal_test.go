@@ -54,7 +54,7 @@ func runRenewal(b *testing.B, report reportFunc) {
 			mu.Unlock()
 		}}),
 	)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	ctx := context.Background()
 	holds := make([]*lock.Hold, renewHolds)

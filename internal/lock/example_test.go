@@ -14,9 +14,9 @@ import (
 func Example() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	locks := lock.New(rdb) // one per process
-	defer locks.Close()
+	defer func() { _ = locks.Close() }()
 
 	h, err := locks.Mutex("example:{SKU-1}").Lock(ctx)
 	if err != nil {
@@ -37,13 +37,13 @@ func Example() {
 func ExampleMutex_Lock_reentry() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	locks := lock.New(rdb)
-	defer locks.Close()
+	defer func() { _ = locks.Close() }()
 	m := locks.Mutex("example:reentry")
 
 	outer, _ := m.Lock(ctx)
-	defer outer.Unlock(context.WithoutCancel(ctx))
+	defer func() { _ = outer.Unlock(context.WithoutCancel(ctx)) }()
 
 	// Code called with the hold's context re-enters instead of deadlocking.
 	inner, err := m.Lock(outer.Context())
@@ -61,9 +61,9 @@ func ExampleMutex_Lock_reentry() {
 func ExampleMutex_TryLock() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	locks := lock.New(rdb)
-	defer locks.Close()
+	defer func() { _ = locks.Close() }()
 
 	// Wait at most 100ms; hold for a fixed 5s lease that is never renewed.
 	h, err := locks.Mutex("example:trylock").TryLock(ctx, 100*time.Millisecond, 5*time.Second)
@@ -75,7 +75,7 @@ func ExampleMutex_TryLock() {
 		fmt.Println("redis:", err)
 		return
 	}
-	defer h.Unlock(context.WithoutCancel(ctx))
+	defer func() { _ = h.Unlock(context.WithoutCancel(ctx)) }()
 	fmt.Println("held with a fixed lease")
 	// Output: held with a fixed lease
 }
@@ -83,9 +83,9 @@ func ExampleMutex_TryLock() {
 func ExampleHold_Context() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	locks := lock.New(rdb, lock.WithWatchdogTimeout(300*time.Millisecond))
-	defer locks.Close()
+	defer func() { _ = locks.Close() }()
 	m := locks.Mutex("example:lost")
 
 	h, _ := m.Lock(ctx)

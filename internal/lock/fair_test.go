@@ -82,7 +82,7 @@ func TestDeadWaiterIsSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lock behind a dead waiter: %v", err)
 	}
-	defer h.Unlock(ctx)
+	defer func() { _ = h.Unlock(ctx) }()
 	if d := time.Since(start); d > 1200*time.Millisecond {
 		t.Fatalf("waited %v behind a dead waiter; want at most its entry's lifetime", d)
 	}
@@ -105,7 +105,7 @@ func TestGivingUpLeavesTheLine(t *testing.T) {
 	noErr(t, h.Unlock(ctx))
 	start := time.Now()
 	h2 := must(newClient(t).Mutex(name).TryLock(ctx, time.Second, 0))
-	defer h2.Unlock(ctx)
+	defer func() { _ = h2.Unlock(ctx) }()
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Fatalf("a free lock took %v after a waiter gave up", d)
 	}
@@ -118,7 +118,7 @@ func TestLocalHandOffIsRetrySafe(t *testing.T) {
 	ctx := context.Background()
 	plain := rdb(t)
 	c := lock.New(rdb(t, resend{kinds: []string{"transfer"}}))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	h1 := must(c.Mutex(name).Lock(ctx))
 	got := make(chan *lock.Hold, 1)
@@ -247,7 +247,7 @@ func TestFailedHandOffReleases(t *testing.T) {
 	var fails atomic.Int32
 	fails.Store(1)
 	c := lock.New(rdb(t, failFirst{kind: "transfer", n: &fails})) // 30s watchdog
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	h1 := must(c.Mutex(name).Lock(ctx))
 	got := make(chan error, 1)
@@ -359,7 +359,7 @@ func wokenBy(t *testing.T, h *lock.Hold, xc <-chan acquired) {
 	noErr(t, h.Unlock(context.Background()))
 	got := <-xc
 	noErr(t, got.err)
-	defer got.h.Unlock(context.Background())
+	defer func() { _ = got.h.Unlock(context.Background()) }()
 	if d := got.at.Sub(released); d > 200*time.Millisecond {
 		t.Fatalf("X took the lock %v after the unlock meant for it; want it woken by that unlock, not its 400ms re-check", d)
 	}

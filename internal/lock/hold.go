@@ -47,7 +47,7 @@ type lease struct {
 	timer *time.Timer
 }
 
-func newLease(m *Mutex, ctx context.Context, owner string, fence int64, dur time.Duration, watchdog bool, sent time.Duration) *lease {
+func newLease(ctx context.Context, m *Mutex, owner string, fence int64, dur time.Duration, watchdog bool, sent time.Duration) *lease {
 	l := &lease{c: m.c, m: m, name: m.name, owner: owner, fence: fence, dur: dur, watchdog: watchdog, count: 1}
 	l.parent, _ = ctx.Value(leaseKey{}).(*lease)
 	inner, cancel := context.WithCancelCause(ctx)
@@ -300,64 +300,6 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		}
 		return fmt.Errorf("lock: unlock %q: reentry count out of step; the chain was released", l.name)
 	}
-}
-
-// handOff releases the chain by giving the lock straight to w, the next
-// waiter of this Client, in one script call. The caller holds l.op.
-func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) error {
-	c, m := l.c, l.m
-	owner := c.nextOwner()
-	res, err := transferScript.Run(ctx, c.rdb, []string{m.name, m.token, m.queue, m.timeout},
-		l.owner, owner, w.dur.Milliseconds(), c.id).Result()
-	var fence int64
-	if err == nil {
-		arr, ok := res.([]any)
-		if ok && len(arr) == 1 {
-			fence, ok = arr[0].(int64)
-		}
-		if !ok {
-			if n, isInt := res.(int64); isInt && n == 0 {
-				w.grant <- nil
-				l.lose()
-				return ErrNotHeld
-			}
-			err = fmt.Errorf("unexpected reply %v", res)
-		}
-	}
-	if err != nil {
-		// The transfer may or may not have run: release both owners in the
-		// background (each a compare-and-set on an owner no one else has),
-		// so the lock does not sit out a lease; the waiter carries on.
-		deadline := time.Duration(l.deadline.Load())
-		w.grant <- nil
-		l.lose()
-		c.retryRelease(m, l.owner, l.fence, 1, l.dur, deadline)
-		c.retryRelease(m, owner, 0, 1, w.dur, sent+w.dur)
-		return fmt.Errorf("lock: unlock %q: %w", l.name, err)
-	}
-	l.count = 0
-	l.release()
-	nl := newLease(m, w.ctx, owner, fence, w.dur, w.watchdog, sent)
-	nl.turns = l.turns + 1
-	if err := c.register(nl); err != nil {
-		nl.end(stateLost)
-		w.grant <- nil
-		c.retryRelease(m, owner, fence, 1, w.dur, sent+w.dur) // Close raced us: a no-op once closed
-		return nil
-	}
-	hd := &Hold{l: nl}
-	c.mu.Lock()
-	abandoned := w.abandoned
-	if !abandoned {
-		w.grant <- hd // buffered: never blocks
-	}
-	c.mu.Unlock()
-	if abandoned {
-		// The waiter's context ended during the transfer: release the lock
-		// it would have got (which may hand it on to the next waiter).
-		_ = hd.Unlock(ctx) // on a Redis error the release goes on in the background
-	}
-	return nil
 }
 
 type leaseKey struct{}

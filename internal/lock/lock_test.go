@@ -84,7 +84,7 @@ func TestWireProtocol(t *testing.T) {
 	m := c.Mutex(name)
 
 	sub := r.Subscribe(ctx, "redisson_lock__channel:{"+name+"}")
-	defer sub.Close()
+	defer func() { _ = sub.Close() }()
 	if _, err := sub.Receive(ctx); err != nil { // subscription confirmed
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestHashTagNames(t *testing.T) {
 	r := rdb(t)
 	name := "locktest:{" + uuid.NewString()[:8] + "}"
 	h := must(newClient(t).Mutex(name).Lock(ctx))
-	defer h.Unlock(ctx)
+	defer func() { _ = h.Unlock(ctx) }()
 	if n := must(r.Exists(ctx, "redisson_lock_token:"+name).Result()); n != 1 {
 		t.Fatalf("token key for a name with a hash tag should be redisson_lock_token:%s", name)
 	}
@@ -301,7 +301,7 @@ func TestSharedMutexDoesNotShareOwnership(t *testing.T) {
 	ctx := context.Background()
 	m := newClient(t).Mutex(lockName(t))
 	h := must(m.Lock(ctx))
-	defer h.Unlock(ctx)
+	defer func() { _ = h.Unlock(ctx) }()
 	if _, err := m.TryLock(ctx, 0, 0); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("TryLock without the hold ctx = %v; want ErrNotObtained", err)
 	}
@@ -404,7 +404,7 @@ func TestWatchdog(t *testing.T) {
 	counter := &countRenewals{}
 	r := rdb(t, counter)
 	c := lock.New(r, lock.WithWatchdogTimeout(time.Second))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	h := must(c.Mutex(name).Lock(ctx))
 	end := time.Now().Add(10 * time.Second)
@@ -473,7 +473,7 @@ func TestLostWhenKeyDeleted(t *testing.T) {
 	c := lock.New(r, lock.WithWatchdogTimeout(600*time.Millisecond), lock.WithHooks(lock.Hooks{
 		Lost: func(string) { lost.Add(1) },
 	}))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	h := must(c.Mutex(name).Lock(ctx))
 	r.Del(ctx, name)
@@ -505,10 +505,10 @@ func TestLostWhenRedisUnreachable(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)
 	r := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	const lease = 900 * time.Millisecond
 	c := lock.New(r, lock.WithWatchdogTimeout(lease))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx := context.Background()
 	h := must(c.Mutex("unreachable").Lock(ctx))
 	time.Sleep(400 * time.Millisecond)
@@ -587,7 +587,7 @@ func TestLostMessageCostsAtMostPTTL(t *testing.T) {
 	must(newClient(t).Mutex(name).TryLock(ctx, 0, 500*time.Millisecond))
 	start := time.Now()
 	h := must(newClient(t).Mutex(name).TryLock(ctx, 5*time.Second, 0))
-	defer h.Unlock(ctx)
+	defer func() { _ = h.Unlock(ctx) }()
 	if d := time.Since(start); d > 900*time.Millisecond {
 		t.Fatalf("waiter took %v for a lock that lapsed after 500ms; want about the PTTL", d)
 	}
@@ -599,7 +599,7 @@ func TestTryLockWaitBound(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	h := must(newClient(t).Mutex(name).Lock(ctx))
-	defer h.Unlock(ctx)
+	defer func() { _ = h.Unlock(ctx) }()
 	start := time.Now()
 	_, err := newClient(t).Mutex(name).TryLock(ctx, 3*time.Second, 0)
 	took := time.Since(start)
@@ -646,7 +646,7 @@ func TestResentScriptsCountOnce(t *testing.T) {
 	plain := rdb(t)
 	r := rdb(t, resend{kinds: []string{"acquire", "reenter", "release", "renew"}})
 	c := lock.New(r, lock.WithWatchdogTimeout(600*time.Millisecond))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	m := c.Mutex(name)
 	h1 := must(m.Lock(ctx))
@@ -710,7 +710,7 @@ func TestCancelledAcquireLeavesNoHold(t *testing.T) {
 	t.Parallel()
 	plain := rdb(t)
 	c := lock.New(rdb(t, lateReply{}))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -762,7 +762,7 @@ func TestRenewalBatching(t *testing.T) {
 			}
 		},
 	}))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	holds := make([]*lock.Hold, 0, 250)
 	for i := 0; i < 249; i++ {
 		holds = append(holds, must(c.Mutex(fmt.Sprintf("%s:%d", prefix, i)).Lock(ctx)))
@@ -935,7 +935,7 @@ func TestFailedUnlockIsRetried(t *testing.T) {
 	var fails atomic.Int32
 	fails.Store(2)
 	c := lock.New(rdb(t, failFirst{kind: "release", n: &fails}))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	h := must(c.Mutex(name).Lock(ctx))
 	if err := h.Unlock(ctx); err == nil || errors.Is(err, lock.ErrNotHeld) {

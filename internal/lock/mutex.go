@@ -95,10 +95,8 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
 	}
-	for l, _ := ctx.Value(leaseKey{}).(*lease); l != nil; l = l.parent {
-		if l.c == m.c && l.name == m.name {
-			return l.reenter(ctx)
-		}
+	if l := m.heldIn(ctx); l != nil {
+		return l.reenter(ctx)
 	}
 	c := m.c
 	owner := c.nextOwner()
@@ -121,120 +119,26 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	// Fast path: when no waiter of this Client is in line for the lock, try
 	// at once; that overtakes no one here, and the line in Redis guards the
 	// other clients' turn.
-	c.mu.Lock()
-	_, queued := c.queues[m.name]
-	c.mu.Unlock()
 	fastBusy := false
-	if !queued {
+	if !c.queued(m.name) {
 		h, _, err := m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
 		if err != nil || h != nil {
 			return h, err
 		}
 		fastBusy = true
 	}
+	return m.waitInLine(ctx, owner, dur, watchdog, deadline, fastBusy)
+}
 
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var w *waiter
-	// sleep waits for d (capped by the wait), a poke on wake, a local
-	// hand-off (it returns the hold handed over), ctx or Close.
-	sleep := func(d time.Duration, wake <-chan struct{}) (*Hold, error) {
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return nil, ErrNotObtained
-			}
-			d = min(d, left)
-		}
-		timer.Reset(d)
-		select {
-		case <-wake:
-		case <-timer.C:
-		case hd := <-w.grant:
-			c.mu.Lock()
-			w.received, w.claimed = true, false
-			c.mu.Unlock()
-			return hd, nil // nil: the hand-off failed; carry on
-		case <-ctx.Done():
-			return nil, errors.Join(ErrNotObtained, ctx.Err())
-		case <-c.closeCh:
-			return nil, ErrClosed
-		}
-		return nil, nil
-	}
-
-	q, ww, err := c.enqueue(m, ctx, dur, watchdog)
-	if err != nil {
-		return nil, err
-	}
-	w = ww
-	var h *Hold
-	defer func() { c.dequeue(q, w, h != nil) }()
-	if fastBusy {
-		c.mu.Lock()
-		q.inLine = true // the fast attempt put this client in line
-		c.mu.Unlock()
-		if w.head {
-			// Subscribe and look again once the subscription is live.
-			c.subscribe(q)
-			if h, err = sleep(queueRefresh, q.wake); err != nil || h != nil {
-				return h, err
-			}
+// heldIn returns the lease of this lock that ctx carries (a hold's context,
+// or one derived from it), or nil.
+func (m *Mutex) heldIn(ctx context.Context) *lease {
+	for l, _ := ctx.Value(leaseKey{}).(*lease); l != nil; l = l.parent {
+		if l.c == m.c && l.name == m.name {
+			return l
 		}
 	}
-	// Wait for our turn: only the oldest waiter of this Client contends in Redis.
-	for !w.head {
-		if h, err = sleep(time.Hour, w.turn); err != nil || h != nil {
-			return h, err
-		}
-		c.mu.Lock()
-		w.head = q.waiters[0] == w
-		c.mu.Unlock()
-	}
-	if w.skipFirst {
-		// The waiter before us just took the lock: an attempt now can only
-		// fail. Wait for its unlock message instead (or a refresh, in case
-		// its hold ends without one: a lapsed lease, a failed unlock).
-		c.subscribe(q)
-		if h, err = sleep(queueRefresh, q.wake); err != nil || h != nil {
-			return h, err
-		}
-	}
-	for {
-		c.mu.Lock()
-		unlocks, confirms := q.unlocks, q.confirms
-		c.mu.Unlock()
-		var b busy
-		h, b, err = m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
-		if err != nil || h != nil {
-			return h, err
-		}
-		c.mu.Lock()
-		q.inLine = true
-		c.mu.Unlock()
-		c.subscribe(q)
-		switch {
-		case b.wait < 0: // no TTL on the key (not our protocol): look again now and then
-			b.wait = time.Second
-		case b.wait == 0:
-			b.wait = time.Millisecond
-		}
-		// Retry at least every queueRefresh, which keeps our place in line.
-		// Each unlock hands the lock to the client first in line, so a client
-		// lets the unlocks that go to those ahead of it go by.
-		retryAt := time.Now().Add(min(b.wait, queueRefresh))
-		for {
-			if h, err = sleep(time.Until(retryAt), q.wake); err != nil || h != nil {
-				return h, err
-			}
-			c.mu.Lock()
-			u, cf := q.unlocks, q.confirms
-			c.mu.Unlock()
-			if !time.Now().Before(retryAt) || cf != confirms || b.skip < 0 || u-unlocks > uint64(b.skip) {
-				break
-			}
-		}
-	}
+	return nil
 }
 
 // busy is the answer to an attempt on a held lock: the longest sleep before
@@ -280,11 +184,13 @@ func (m *Mutex) attempt(ctx context.Context, owner string, dur time.Duration, wa
 		m.undoAcquire(ctx, owner, dur, sent, err)
 		return nil, busy{}, acquireErr(ctx, m.name, err)
 	}
-	l := newLease(m, ctx, owner, fence, dur, watchdog, sent)
+	l := newLease(ctx, m, owner, fence, dur, watchdog, sent)
 	if err := c.register(l); err != nil {
 		l.end(stateLost)
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-		m.releaseCall(uctx, owner, fence, 1, dur)
+		// Best effort: the Client is closed, so nothing could retry it, and
+		// the lease lapses on its own.
+		_, _ = m.releaseCall(uctx, owner, fence, 1, dur)
 		cancel()
 		return nil, busy{}, err
 	}
@@ -371,176 +277,4 @@ func msArg(d time.Duration) any {
 	v = d.Milliseconds()
 	commonMsArgs[d] = v
 	return v
-}
-
-// Between clients the line is kept in Redis: a waiting client is an entry
-// in the lock's queue (one per client, for its oldest waiter), and a free
-// lock goes to the client first in line. An entry that is not refreshed by a
-// retry within queueEntryTTL is dropped, so a crashed waiter delays the
-// others by at most that much.
-const (
-	queueEntryTTL = time.Second
-	queueRefresh  = 400 * time.Millisecond
-)
-
-// queue is the line of one Client's waiters for one lock name.
-type queue struct {
-	m          *Mutex
-	waiters    []*waiter
-	wake       chan struct{} // pokes the head: an unlock was published, or the subscription is live
-	subscribed bool
-	inLine     bool   // this client has an entry in the lock's queue in Redis
-	unlocks    uint64 // unlock messages seen
-	confirms   uint64 // subscription confirmations seen (the first, and after reconnects)
-}
-
-type waiter struct {
-	turn      chan struct{} // closed when this waiter becomes the head
-	head      bool
-	skipFirst bool // it became the head because the one before acquired
-
-	// A local hand-off: an Unlock of this Client claims the head waiter and
-	// sends it the lock (a *Hold) or nil (the hand-off failed; carry on).
-	ctx      context.Context
-	dur      time.Duration
-	watchdog bool
-	grant    chan *Hold
-	claimed  bool // guarded by Client.mu
-	received bool // the waiter took what grant sent
-	// abandoned: the waiter left (its context ended) while an Unlock was
-	// handing it the lock; that Unlock releases what it would have sent.
-	abandoned bool
-}
-
-// maxLocalTurns bounds the consecutive local hand-offs of one Client, after
-// which the lock goes back to the line of clients (as sync.Mutex bounds
-// barging with its starvation mode).
-const maxLocalTurns = 4
-
-func (c *Client) enqueue(m *Mutex, ctx context.Context, dur time.Duration, watchdog bool) (*queue, *waiter, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, nil, ErrClosed
-	}
-	q := c.queues[m.name]
-	if q == nil {
-		q = &queue{m: m, wake: make(chan struct{}, 1)}
-		c.queues[m.name] = q
-		c.channels[m.channel] = q
-	}
-	w := &waiter{head: len(q.waiters) == 0, ctx: ctx, dur: dur, watchdog: watchdog, grant: make(chan *Hold, 1)}
-	if !w.head {
-		w.turn = make(chan struct{})
-	}
-	q.waiters = append(q.waiters, w)
-	return q, w, nil
-}
-
-func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
-	c.mu.Lock()
-	if w.claimed && !w.received {
-		// An Unlock is handing us the lock as we leave. If it has sent it
-		// already, let it go; if not, do not wait for it (Lock returns within
-		// its context): the Unlock releases what it would have sent.
-		select {
-		case hd := <-w.grant:
-			w.received = true
-			if hd != nil {
-				c.mu.Unlock()
-				ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-				_ = hd.Unlock(ctx)
-				cancel()
-				c.mu.Lock()
-			}
-		default:
-			w.abandoned = true
-		}
-	}
-	for i, x := range q.waiters {
-		if x == w {
-			copy(q.waiters[i:], q.waiters[i+1:])
-			q.waiters[len(q.waiters)-1] = nil
-			q.waiters = q.waiters[:len(q.waiters)-1]
-			if i == 0 && len(q.waiters) > 0 {
-				q.waiters[0].skipFirst = acquired
-				close(q.waiters[0].turn)
-			}
-			break
-		}
-	}
-	unsub, leave := false, false
-	if len(q.waiters) == 0 {
-		delete(c.queues, q.m.name)
-		delete(c.channels, q.m.channel)
-		unsub = q.subscribed
-		q.subscribed = false
-		leave = q.inLine && !acquired // the acquire took us out of the line
-	}
-	c.mu.Unlock()
-	if unsub {
-		c.sub.unsubscribe(q.m.channel)
-	}
-	if leave {
-		// The last waiter gave up: leave the line now rather than make the
-		// others wait for our entry to lapse.
-		ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-		keys := []string{q.m.queue, q.m.timeout, q.m.channel}
-		if c.sharded(ctx) {
-			_ = leaveScript.Run(ctx, c.rdb, keys, c.id, spublishArg).Err()
-		} else {
-			_ = leaveScript.Run(ctx, c.rdb, keys, c.id).Err()
-		}
-		cancel()
-	}
-}
-
-// subscribe makes sure the queue's unlock channel is subscribed.
-func (c *Client) subscribe(q *queue) {
-	c.mu.Lock()
-	if q.subscribed || c.closed {
-		c.mu.Unlock()
-		return
-	}
-	q.subscribed = true
-	c.mu.Unlock()
-	c.sub.subscribe(q.m.channel)
-}
-
-// claimHead reserves the head waiter of the lock's queue for a local
-// hand-off, or returns nil when there is none to give it to.
-func (c *Client) claimHead(name string) *waiter {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	q := c.queues[name]
-	if q == nil || len(q.waiters) == 0 || c.closed {
-		return nil
-	}
-	w := q.waiters[0]
-	if w.claimed {
-		return nil
-	}
-	w.claimed, w.received = true, false
-	return w
-}
-
-// poke wakes the head waiter of the queue on channel, if any, after an
-// unlock message or a subscription confirmation.
-func (c *Client) poke(channel string, unlock bool) {
-	c.mu.Lock()
-	q := c.channels[channel]
-	if q != nil {
-		if unlock {
-			q.unlocks++
-		} else {
-			q.confirms++
-		}
-	}
-	c.mu.Unlock()
-	if q != nil {
-		select {
-		case q.wake <- struct{}{}:
-		default:
-		}
-	}
 }

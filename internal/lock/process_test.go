@@ -27,9 +27,9 @@ const (
 func runChild(mode string) int {
 	ctx := context.Background()
 	r := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	c := lock.New(r, lock.WithWatchdogTimeout(time.Second))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := os.Getenv(childName)
 	switch mode {
 	case "hold": // hold, and work in small steps, each guarded by the hold ctx
@@ -75,7 +75,7 @@ type child struct {
 
 func startChild(t *testing.T, mode, name string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$") //nolint:gosec // G204: re-runs this test binary, fixed arguments
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, childName+"="+name)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -147,7 +147,7 @@ func TestCrashedHolder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lock of a killed holder not obtained: %v", err)
 	}
-	defer h.Unlock(context.Background())
+	defer func() { _ = h.Unlock(context.Background()) }()
 	if d := time.Since(killed); d > 1200*time.Millisecond {
 		t.Fatalf("waited %v after the holder died; want at most the 1s watchdog timeout", d)
 	}

@@ -52,7 +52,7 @@ func (c *lossyConn) Write(b []byte) (int, error) {
 		c.d.refused.Store(true)
 		c.d.dropped.Add(1)
 		c.broken.Store(true)
-		_ = c.Conn.Close()
+		_ = c.Close()
 		return n, err
 	}
 	return c.Conn.Write(b)
@@ -88,7 +88,7 @@ func TestAcquireLostReplyThenRefusedDialIsUndone(t *testing.T) {
 		MaxRetries: 1, DialerRetries: 1, PoolSize: 1})
 	t.Cleanup(func() { _ = r.Close() })
 	c := lock.New(r)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	name := lockName(t)
 	m := c.Mutex(name)
 	noErr(t, must(m.Lock(ctx)).Unlock(ctx)) // scripts loaded, one pooled connection
@@ -198,7 +198,7 @@ func TestForceUnlockResendKeepsTheWaitersLock(t *testing.T) {
 		return next(ctx, cmd)
 	}})
 	c := lock.New(r)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	must(c.Mutex(name).Lock(ctx))
 	go func() {
 		h, err := waiterClient.Mutex(name).TryLock(ctx, 5*time.Second, 0)
@@ -256,7 +256,7 @@ func TestFailedReentryReportsALostLock(t *testing.T) {
 		}})
 	// A 3s watchdog renews every 1s; the local deadline is 3s after the last renewal.
 	c := lock.New(r, lock.WithWatchdogTimeout(3*time.Second))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	h := must(c.Mutex(name).Lock(ctx))
 	armed.Store(true)
 	if _, err := c.Mutex(name).Lock(h.Context()); err == nil {
@@ -290,7 +290,7 @@ func TestReentryOutOfStepIsReleased(t *testing.T) {
 			return err
 		}})
 	c := lock.New(r)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	h := must(c.Mutex(name).Lock(ctx))
 	armed.Store(true)
 	if _, err := c.Mutex(name).Lock(h.Context()); err == nil {
@@ -332,7 +332,7 @@ func TestWaiterLeavesDuringHandOff(t *testing.T) {
 		return next(ctx, cmd)
 	}})
 	c := lock.New(r)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	h := must(c.Mutex(name).Lock(ctx))
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -379,12 +379,12 @@ func TestPrefixSeparatesDeployments(t *testing.T) {
 	a := newClient(t, lock.WithPrefix("deploy-a:"))
 	b := newClient(t, lock.WithPrefix("deploy-b:"))
 	ha := must(a.Mutex(name).Lock(ctx))
-	defer ha.Unlock(ctx)
+	defer func() { _ = ha.Unlock(ctx) }()
 	hb, err := b.Mutex(name).TryLock(ctx, 0, 0)
 	if err != nil {
 		t.Fatalf("deployment b's TryLock on the name deployment a holds = %v; want obtained", err)
 	}
-	defer hb.Unlock(ctx)
+	defer func() { _ = hb.Unlock(ctx) }()
 	if ha.Name() != "deploy-a:"+name || hb.Name() != "deploy-b:"+name {
 		t.Fatalf("hold names = %q, %q; want the prefixes in front", ha.Name(), hb.Name())
 	}

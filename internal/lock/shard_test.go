@@ -43,9 +43,9 @@ func TestShardDetectionErrors(t *testing.T) {
 func TestShardDetectionRetriesAfterANetworkError(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRetries: -1,
 		DialTimeout: 100 * time.Millisecond})
-	defer cc.Close()
+	defer func() { _ = cc.Close() }()
 	c := New(cc)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	for range 2 {
 		if c.sharded(context.Background()) {
 			t.Fatal("sharded() = true on an unreachable cluster")
@@ -55,9 +55,9 @@ func TestShardDetectionRetriesAfterANetworkError(t *testing.T) {
 		}
 	}
 	r := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	plain := New(r)
-	defer plain.Close()
+	defer func() { _ = plain.Close() }()
 	if plain.sharded(context.Background()) {
 		t.Fatal("sharded() = true on a non-cluster client")
 	}

@@ -38,9 +38,9 @@ func testClusterLocks(t *testing.T, addrs []string) {
 	cc := newCC()
 	cc.AddHook(counter)
 	c := lock.New(cc, lock.WithWatchdogTimeout(900*time.Millisecond))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	other := lock.New(newCC())
-	defer other.Close()
+	defer func() { _ = other.Close() }()
 
 	// Exclusion and a pub/sub wake-up for names on every node.
 	for i := 0; i < 6; i++ {
@@ -107,10 +107,10 @@ func TestSentinelFailoverClient(t *testing.T) {
 	ctx := context.Background()
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Name, SentinelAddrs: s.Sentinels,
 		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-	defer fc.Close()
+	defer func() { _ = fc.Close() }()
 	var lost atomic.Int32
 	c := lock.New(fc, lock.WithWatchdogTimeout(time.Second), lock.WithHooks(lock.Hooks{Lost: func(string) { lost.Add(1) }}))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	h := must(c.Mutex("sentinel-lock").Lock(ctx))
 	// Wait until the replica has the lock key, then kill the master.
 	rep := s.Replica.Client(t)
@@ -155,7 +155,7 @@ func testClusterShardedPubSub(t *testing.T, addrs []string) {
 	}
 	raw := newCC()
 	c := lock.New(newCC())
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	channel := func(name string) string { // Redisson's prefixName
 		if strings.Contains(name, "{") {
 			return "redisson_lock__channel:" + name

@@ -31,11 +31,12 @@ const SharedMySQL = "root@tcp(127.0.0.1:3306)/"
 // FreePort returns a TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }
 
@@ -65,7 +66,8 @@ func StartRedis(t testing.TB, extra ...string) *Redis {
 // Start (re)starts the server on its port and waits until it answers PING.
 func (r *Redis) Start() {
 	r.t.Helper()
-	r.cmd = exec.Command("redis-server", r.args...)
+	// The server lives until Kill, not until a context ends.
+	r.cmd = exec.CommandContext(context.Background(), "redis-server", r.args...) //nolint:gosec // G204: a test server binary with the test's own arguments
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatalf("start redis-server: %v", err)
 	}
@@ -101,7 +103,7 @@ func (r *Redis) Client(t testing.TB) *redis.Client {
 func WaitRedis(t testing.TB, addr string) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -139,8 +141,8 @@ func DatabaseOn(t testing.TB, base string) string {
 	if err != nil {
 		t.Fatalf("open %s: %v", base, err)
 	}
-	defer db.Close()
-	if _, err := db.Exec("CREATE DATABASE `" + name + "`"); err != nil {
+	defer func() { _ = db.Close() }()
+	if _, err := db.ExecContext(context.Background(), "CREATE DATABASE `"+name+"`"); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -148,8 +150,8 @@ func DatabaseOn(t testing.TB, base string) string {
 		if err != nil {
 			return
 		}
-		defer db.Close()
-		_, _ = db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+		defer func() { _ = db.Close() }()
+		_, _ = db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+name+"`")
 	})
 	return base + name + "?parseTime=true"
 }
@@ -167,7 +169,8 @@ type MariaDB struct {
 func StartMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
 	dir := t.TempDir()
-	out, err := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+filepath.Join(dir, "data"), "--user=root",
+	out, err := exec.CommandContext(t.Context(), "mariadb-install-db", "--no-defaults", //nolint:gosec // G204: fixed binary, the test's own arguments
+		"--datadir="+filepath.Join(dir, "data"), "--user=root",
 		"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput()
 	if err != nil {
 		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
@@ -182,16 +185,17 @@ func StartMariaDB(t testing.TB) *MariaDB {
 // Start (re)starts the server and waits until it accepts connections.
 func (m *MariaDB) Start() {
 	m.t.Helper()
-	m.cmd = exec.Command("mariadbd", "--no-defaults", "--datadir="+filepath.Join(m.dir, "data"),
+	// The server lives until Kill, not until a context ends.
+	m.cmd = exec.CommandContext(context.Background(), "mariadbd", "--no-defaults", "--datadir="+filepath.Join(m.dir, "data"), //nolint:gosec // G204: a test server binary with the test's own arguments
 		"--port="+strconv.Itoa(m.Port), "--bind-address=127.0.0.1", "--socket="+filepath.Join(m.dir, "sock"),
 		"--user=root", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=64M")
 	if err := m.cmd.Start(); err != nil {
 		m.t.Fatalf("start mariadbd: %v", err)
 	}
 	db, _ := sql.Open("mysql", m.Base)
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
-	for db.Ping() != nil {
+	for db.PingContext(context.Background()) != nil {
 		if time.Now().After(deadline) {
 			m.t.Fatalf("mariadbd on %d did not start", m.Port)
 		}
@@ -220,13 +224,13 @@ func StartCluster(t testing.TB) []string {
 			"--cluster-node-timeout", "2000")
 		addrs = append(addrs, r.Addr)
 	}
-	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+	out, err := exec.CommandContext(t.Context(), "redis-cli", append(append([]string{"--cluster", "create"}, addrs...), //nolint:gosec // G204: a test server binary with the test's own arguments
 		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		info, err := c.ClusterInfo(context.Background()).Result()
@@ -235,7 +239,7 @@ func StartCluster(t testing.TB) []string {
 			for _, a := range addrs {
 				n := redis.NewClient(&redis.Options{Addr: a})
 				inf, err := n.ClusterInfo(context.Background()).Result()
-				n.Close()
+				_ = n.Close()
 				ok = ok && err == nil && strings.Contains(inf, "cluster_state:ok")
 			}
 			if ok {
@@ -284,7 +288,8 @@ func StartSentinel(t testing.TB) *Sentinel {
 		if err := writeFile(conf, body); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("redis-server", conf, "--sentinel")
+		// The sentinel lives until the test's clean-up kills it.
+		cmd := exec.CommandContext(context.Background(), "redis-server", conf, "--sentinel") //nolint:gosec // G204: a test server binary with the test's own arguments
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start sentinel: %v", err)
 		}
@@ -295,7 +300,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	}
 	// Wait until the sentinels know the replica.
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0]})
-	defer sc.Close()
+	defer func() { _ = sc.Close() }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		reps, err := sc.Replicas(context.Background(), s.Name).Result()

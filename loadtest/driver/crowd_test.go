@@ -31,7 +31,7 @@ func (f *fakeShop) problem(w http.ResponseWriter, status int, kind string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", "0")
 	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"type":"https://stock.example/problems/%s","title":"x","status":%d}`+"\n", kind, status)
+	_, _ = fmt.Fprintf(w, `{"type":"https://stock.example/problems/%s","title":"x","status":%d}`+"\n", kind, status)
 }
 
 func (f *fakeShop) ServeHTTP(w http.ResponseWriter, r *http.Request) {

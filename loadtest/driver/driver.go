@@ -1,9 +1,9 @@
-// Package driver runs the "seckill" load scenario of loadtest.md against one
-// or more instances of the stock service and proves the result from the
-// server's own state: N buyers race for one SKU, each placing one order under
-// its own Idempotency-Key, and afterwards the audit endpoint and (optionally)
-// MySQL itself must show that exactly min(stock, demand) was sold, nothing
-// was oversold and every order a buyer was told about exists exactly once.
+// Package driver runs the "seckill" load scenario against one or more
+// instances of the stock service and proves the result from the server's
+// own state: N buyers race for one SKU, each placing one order under its own
+// Idempotency-Key, and afterwards the audit endpoint and (optionally) MySQL
+// itself must show that exactly min(stock, demand) was sold, nothing was
+// oversold and every order a buyer was told about exists exactly once.
 //
 // It mirrors loadtest/k6/seckill.js: the same setup (set the stock through
 // the admin API, read it back through every instance), the same buyers
@@ -474,7 +474,7 @@ type runner struct {
 
 func (r *runner) logf(format string, args ...any) {
 	if r.cfg.Log != nil {
-		fmt.Fprintf(r.cfg.Log, "loadtest: "+format+"\n", args...)
+		_, _ = fmt.Fprintf(r.cfg.Log, "loadtest: "+format+"\n", args...) // progress lines: a failed write stops nothing
 	}
 }
 
@@ -584,7 +584,10 @@ func (r *runner) waitReady(ctx context.Context, base string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("driver: %s/readyz not ready after %v: status %d, %v", base, r.cfg.ReadyTimeout, status, err)
+			if err != nil {
+				return fmt.Errorf("driver: %s/readyz not ready after %v: %w", base, r.cfg.ReadyTimeout, err)
+			}
+			return fmt.Errorf("driver: %s/readyz not ready after %v: status %d", base, r.cfg.ReadyTimeout, status)
 		}
 		select {
 		case <-ctx.Done():
@@ -600,8 +603,11 @@ func (r *runner) setup(ctx context.Context) (Audit, error) {
 	path := "/v1/admin/stock/" + url.PathEscape(r.sku)
 	body, _ := json.Marshal(map[string]int64{"available": r.cfg.Stock, "per_buyer_limit": r.cfg.PerBuyerLimit})
 	status, out, err := r.do(ctx, http.MethodPut, r.cfg.URLs[0]+path, body, r.adminHeaders())
-	if err != nil || status != http.StatusOK {
-		return Audit{}, fmt.Errorf("driver: PUT %s: status %d, want 200: %v %s", path, status, err, clip(out))
+	if err != nil {
+		return Audit{}, fmt.Errorf("driver: PUT %s: %w", path, err)
+	}
+	if status != http.StatusOK {
+		return Audit{}, fmt.Errorf("driver: PUT %s: status %d, want 200: %s", path, status, clip(out))
 	}
 	var first *stockBody
 	for _, base := range r.cfg.URLs {
@@ -610,8 +616,11 @@ func (r *runner) setup(ctx context.Context) (Audit, error) {
 		if err == nil && status == http.StatusOK {
 			err = json.Unmarshal(out, &s)
 		}
-		if err != nil || status != http.StatusOK {
-			return Audit{}, fmt.Errorf("driver: GET %s/v1/stock/%s: status %d: %v %s", base, r.sku, status, err, clip(out))
+		if err != nil {
+			return Audit{}, fmt.Errorf("driver: GET %s/v1/stock/%s: %w", base, r.sku, err)
+		}
+		if status != http.StatusOK {
+			return Audit{}, fmt.Errorf("driver: GET %s/v1/stock/%s: status %d: %s", base, r.sku, status, clip(out))
 		}
 		if s.Available != r.cfg.Stock {
 			return Audit{}, fmt.Errorf("driver: GET %s/v1/stock/%s: available %d, want %d", base, r.sku, s.Available, r.cfg.Stock)
@@ -639,8 +648,11 @@ func (r *runner) audit(ctx context.Context, base string) (Audit, error) {
 	if err == nil && status == http.StatusOK {
 		err = json.Unmarshal(out, &a)
 	}
-	if err != nil || status != http.StatusOK {
-		return Audit{}, fmt.Errorf("driver: audit of %s at %s: status %d: %v %s", r.sku, base, status, err, clip(out))
+	if err != nil {
+		return Audit{}, fmt.Errorf("driver: audit of %s at %s: %w", r.sku, base, err)
+	}
+	if status != http.StatusOK {
+		return Audit{}, fmt.Errorf("driver: audit of %s at %s: status %d: %s", r.sku, base, status, clip(out))
 	}
 	return a, nil
 }
@@ -695,7 +707,7 @@ func (r *runner) send(ctx context.Context, method, u string, body []byte, h http
 	if err != nil {
 		return answer{}, time.Since(t0), err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	d := time.Since(t0)
 	if err != nil {
@@ -851,7 +863,7 @@ func backoff(retryAfter string, try int) time.Duration {
 	if s, err := strconv.ParseFloat(retryAfter, 64); err == nil && s >= 0 {
 		base = s
 	}
-	return time.Duration(min(base, 5) * (0.5 + mrand.Float64()) * float64(time.Second))
+	return time.Duration(min(base, 5) * (0.5 + mrand.Float64()) * float64(time.Second)) //nolint:gosec // G404: jitter, not a secret
 }
 
 // summarise fills the counts, rates, latencies and timeline, of the run

@@ -102,7 +102,7 @@ func ScrapeMetrics(ctx context.Context, base string) (InstanceMetrics, error) {
 	if err != nil {
 		return InstanceMetrics{}, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return InstanceMetrics{}, fmt.Errorf("driver: %s/metrics: status %d", base, resp.StatusCode)
 	}
@@ -125,12 +125,12 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			continue
 		}
 		s := sample{labels: map[string]string{}}
-		rest := line
-		if i := strings.IndexAny(line, "{ "); i < 0 {
+		i := strings.IndexAny(line, "{ ")
+		if i < 0 {
 			return nil, fmt.Errorf("metrics: bad line %q", line)
-		} else {
-			s.name, rest = line[:i], line[i:]
 		}
+		s.name = line[:i]
+		rest := line[i:]
 		if rest[0] == '{' {
 			end, err := parseLabels(rest, s.labels)
 			if err != nil {

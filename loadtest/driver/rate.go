@@ -96,7 +96,7 @@ func MeasureRate(ctx context.Context, cfg RateConfig) (RateResult, error) {
 		if db, err = sql.Open("mysql", cfg.MySQLDSN); err != nil {
 			return RateResult{}, err
 		}
-		defer db.Close()
+		defer func() { _ = db.Close() }()
 		db.SetMaxOpenConns(1)
 	}
 

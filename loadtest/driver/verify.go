@@ -178,57 +178,22 @@ type orderRow struct {
 	quantity int
 }
 
+// mysqlSnapshot is what one read-only transaction saw of the SKU and this
+// run's orders.
+type mysqlSnapshot struct {
+	st      *MySQLState
+	byKey   map[string][]orderRow // this run's orders by idempotency key
+	dupKeys int64                 // keys of the SKU (any run) with more than one order
+}
+
 // verify reads the stock row, this run's orders and the ledger straight from
 // MySQL and checks them against what the buyers were told.
 func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID string, acks []ack, buyers []buyer) (*MySQLState, error) {
-	st := &MySQLState{}
-	// One snapshot for every read: an aborted run can still have orders
-	// committing, and separate reads would disagree with each other.
-	db, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	snap, err := m.read(ctx, res.SKU, runID)
 	if err != nil {
-		return nil, fmt.Errorf("driver: mysql: begin: %w", err)
+		return nil, err
 	}
-	defer db.Rollback()
-	_ = db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&st.Version)
-	if err := db.QueryRowContext(ctx, "SELECT available, sold, stocked FROM stock WHERE sku = ?", res.SKU).
-		Scan(&st.Available, &st.Sold, &st.Stocked); err != nil {
-		return nil, fmt.Errorf("driver: mysql: stock row: %w", err)
-	}
-	st.Sold -= m.sold0
-
-	// This run's keys are "<run id>-<buyer>"; the run id has no LIKE wildcards.
-	rows, err := db.QueryContext(ctx, "SELECT id, idempotency_key, sku, quantity FROM orders WHERE idempotency_key LIKE ?", runID+"-%")
-	if err != nil {
-		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
-	}
-	byKey := map[string][]orderRow{}
-	for rows.Next() {
-		var o orderRow
-		var key string
-		if err := rows.Scan(&o.id, &key, &o.sku, &o.quantity); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("driver: mysql: orders: %w", err)
-		}
-		byKey[key] = append(byKey[key], o)
-		st.Orders++
-		st.Units += int64(o.quantity)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
-	}
-	var dupKeys int64
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT idempotency_key FROM orders WHERE sku = ? "+
-		"GROUP BY idempotency_key HAVING COUNT(*) > 1) d", res.SKU).Scan(&dupKeys); err != nil {
-		return nil, fmt.Errorf("driver: mysql: duplicate keys: %w", err)
-	}
-	if err := db.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sku = ?", res.SKU).Scan(&st.SKUUnits); err != nil {
-		return nil, fmt.Errorf("driver: mysql: orders of the sku: %w", err)
-	}
-	if err := db.QueryRowContext(ctx, "SELECT COALESCE(-SUM(delta), 0) FROM stock_ledger WHERE sku = ? AND kind = 'sale'", res.SKU).
-		Scan(&st.LedgerSold); err != nil {
-		return nil, fmt.Errorf("driver: mysql: ledger: %w", err)
-	}
+	st := snap.st
 	st.Oversold = max(st.Units-cfg.Stock, 0)
 	st.LostUpdates = max(st.Units-st.Sold, 0)
 
@@ -238,7 +203,78 @@ func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID 
 		"%d units in %d orders, the stock row sold %d", st.Units, st.Orders, st.Sold)
 	res.check("mysql: units in this run's orders <= stock", st.Units <= cfg.Stock, true,
 		"%d units ordered for a stock of %d", st.Units, cfg.Stock)
+	acked := checkAcknowledged(res, cfg, runID, acks, snap.byKey)
+	checkKeysUnique(res, snap)
+	checkUnacknowledged(res, st, runID, buyers, snap.byKey, acked)
+	checkOrderRows(res, cfg, snap.byKey)
+	res.check("mysql: ledger sales == units in the sku's orders", st.LedgerSold == st.SKUUnits, false,
+		"ledger sold %d, orders hold %d", st.LedgerSold, st.SKUUnits)
+	return st, nil
+}
 
+// read takes the snapshot. One transaction serves every read: an aborted run
+// can still have orders committing, and separate reads would disagree with
+// each other.
+func (m *mysqlCheck) read(ctx context.Context, sku, runID string) (*mysqlSnapshot, error) {
+	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("driver: mysql: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // read-only: nothing to commit
+	st := &MySQLState{}
+	_ = tx.QueryRowContext(ctx, "SELECT VERSION()").Scan(&st.Version) // for the report only
+	if err := tx.QueryRowContext(ctx, "SELECT available, sold, stocked FROM stock WHERE sku = ?", sku).
+		Scan(&st.Available, &st.Sold, &st.Stocked); err != nil {
+		return nil, fmt.Errorf("driver: mysql: stock row: %w", err)
+	}
+	st.Sold -= m.sold0
+	snap := &mysqlSnapshot{st: st}
+	if snap.byKey, err = readOrders(ctx, tx, runID, st); err != nil {
+		return nil, err
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT idempotency_key FROM orders WHERE sku = ? "+
+		"GROUP BY idempotency_key HAVING COUNT(*) > 1) d", sku).Scan(&snap.dupKeys); err != nil {
+		return nil, fmt.Errorf("driver: mysql: duplicate keys: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sku = ?", sku).Scan(&st.SKUUnits); err != nil {
+		return nil, fmt.Errorf("driver: mysql: orders of the sku: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(-SUM(delta), 0) FROM stock_ledger WHERE sku = ? AND kind = 'sale'", sku).
+		Scan(&st.LedgerSold); err != nil {
+		return nil, fmt.Errorf("driver: mysql: ledger: %w", err)
+	}
+	return snap, nil
+}
+
+// readOrders reads this run's orders by key, and counts them and their units
+// in st. This run's keys are "<run id>-<buyer>"; the run id has no LIKE
+// wildcards.
+func readOrders(ctx context.Context, tx *sql.Tx, runID string, st *MySQLState) (map[string][]orderRow, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT id, idempotency_key, sku, quantity FROM orders WHERE idempotency_key LIKE ?", runID+"-%")
+	if err != nil {
+		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
+	}
+	defer func() { _ = rows.Close() }() // rows.Err below reports what went wrong
+	byKey := map[string][]orderRow{}
+	for rows.Next() {
+		var o orderRow
+		var key string
+		if err := rows.Scan(&o.id, &key, &o.sku, &o.quantity); err != nil {
+			return nil, fmt.Errorf("driver: mysql: orders: %w", err)
+		}
+		byKey[key] = append(byKey[key], o)
+		st.Orders++
+		st.Units += int64(o.quantity)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("driver: mysql: orders: %w", err)
+	}
+	return byKey, nil
+}
+
+// checkAcknowledged checks that every order a buyer was told about is one
+// row with the id, SKU and quantity it was told. It returns the keys told.
+func checkAcknowledged(res *Result, cfg Config, runID string, acks []ack, byKey map[string][]orderRow) map[string]bool {
 	missing, wrong := 0, 0
 	acked := map[string]bool{}
 	var example string
@@ -261,20 +297,28 @@ func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID 
 	}
 	res.check("mysql: every acknowledged order is exactly one row with its id and key", missing == 0 && wrong == 0, false,
 		"%d acknowledged orders missing, %d differ: %s", missing, wrong, example)
+	return acked
+}
 
+// checkKeysUnique checks that no key has two orders, among the SKU's and
+// among this run's.
+func checkKeysUnique(res *Result, snap *mysqlSnapshot) {
 	twice := 0
-	for _, rs := range byKey {
+	for _, rs := range snap.byKey {
 		if len(rs) > 1 {
 			twice++
 		}
 	}
-	res.check("mysql: no key has two orders", dupKeys == 0 && twice == 0, false,
-		"%d keys of the sku and %d of this run have more than one order", dupKeys, twice)
+	res.check("mysql: no key has two orders", snap.dupKeys == 0 && twice == 0, false,
+		"%d keys of the sku and %d of this run have more than one order", snap.dupKeys, twice)
+}
 
-	// An order nobody was told about is fine only if its buyer never got an
-	// answer to its last try (the reply was lost, or the cap cut it off).
+// checkUnacknowledged counts the orders nobody was told about in st. Such an
+// order is fine only if its buyer never got an answer to its last try (the
+// reply was lost, or the cap cut it off).
+func checkUnacknowledged(res *Result, st *MySQLState, runID string, buyers []buyer, byKey map[string][]orderRow, acked map[string]bool) {
 	unexplained := 0
-	example = ""
+	example := ""
 	for key, rs := range byKey {
 		if acked[key] {
 			continue
@@ -294,6 +338,10 @@ func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID 
 	}
 	res.check("mysql: every order was acknowledged or its buyer got no final answer", unexplained == 0, false,
 		"%d unacknowledged orders (%d unexplained): %s", st.Unacknowledged, unexplained, example)
+}
+
+// checkOrderRows checks the SKU and quantity of every order of this run.
+func checkOrderRows(res *Result, cfg Config, byKey map[string][]orderRow) {
 	wrongQ := 0
 	for _, rs := range byKey {
 		for _, o := range rs {
@@ -304,7 +352,4 @@ func (m *mysqlCheck) verify(ctx context.Context, res *Result, cfg Config, runID 
 	}
 	res.check("mysql: every order of this run has its sku and quantity", wrongQ == 0, false,
 		"%d orders with another sku or quantity", wrongQ)
-	res.check("mysql: ledger sales == units in the sku's orders", st.LedgerSold == st.SKUUnits, false,
-		"ledger sold %d, orders hold %d", st.LedgerSold, st.SKUUnits)
-	return st, nil
 }

@@ -1,0 +1,48 @@
+package driver
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestWriteTable(t *testing.T) {
+	runs := []*Result{
+		{Label: "lock+version", Safe: true, Passed: true, Sold: 1000, Requests: 1300, OrdersPerSec: 3760,
+			Statuses: map[string]int{"201": 1000, "409": 250, "429": 40}},
+		{Label: "none", Safe: false, Sold: 1200, Oversold: 200, Requests: 1200, Statuses: map[string]int{"201": 1200}},
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, runs); err != nil {
+		t.Fatalf("WriteTable = %v; want nil", err)
+	}
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("WriteTable wrote %d lines; want a header and 2 rows:\n%s", len(lines), b.String())
+	}
+	for i, want := range [][]string{
+		strings.Fields("strategy result sold oversold lost upd orders/s p50 ms p95 ms p99 ms 201 409 429 other conflicts lock wait ms lock held ms orders per hold peak RSS MiB"),
+		strings.Fields("lock+version PASS 1000 0 0 3760 0.0 0.0 0.0 1000 250 40 10 0 - - - -"),
+		strings.Fields("none FAIL 1200 200 0 0 0.0 0.0 0.0 1200 0 0 0 0 - - - -"),
+	} {
+		if got := strings.Fields(lines[i]); !slices.Equal(got, want) {
+			t.Errorf("WriteTable line %d = %q; want the fields %q", i, lines[i], want)
+		}
+		if i > 0 && len(lines[i]) != len(lines[0]) {
+			t.Errorf("WriteTable line %d is %d wide, the header %d: columns not aligned\n%s", i, len(lines[i]), len(lines[0]), b.String())
+		}
+	}
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+func TestWriteTableReturnsWriteError(t *testing.T) {
+	want := errors.New("disk full")
+	err := WriteTable(failingWriter{want}, []*Result{{Label: "x", Statuses: map[string]int{}}})
+	if !errors.Is(err, want) {
+		t.Errorf("WriteTable to a failing writer = %v; want %v", err, want)
+	}
+}
