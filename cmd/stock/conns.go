@@ -8,7 +8,7 @@ import (
 	"golang.org/x/net/netutil"
 )
 
-// limitConns caps the connections srv holds at once at max (0: no cap), so
+// limitConns caps the connections srv holds at once at limit (0: no cap), so
 // what a flood of connections costs is bounded by the setting, not by the
 // flood: each connection being served costs about 20 KiB (net/http's 4 KiB
 // read and write buffers, the request, its goroutine's stack). At the cap
@@ -18,8 +18,8 @@ import (
 // keeping connections alive at the cap (idle ones are closed at once, busy
 // ones after their answer) and keeps them alive again once the count is
 // down to half the cap.
-func limitConns(srv *http.Server, ln net.Listener, max int) net.Listener {
-	if max <= 0 {
+func limitConns(srv *http.Server, ln net.Listener, limit int) net.Listener {
+	if limit <= 0 {
 		return ln
 	}
 	var open atomic.Int64
@@ -27,11 +27,11 @@ func limitConns(srv *http.Server, ln net.Listener, max int) net.Listener {
 	srv.ConnState = func(c net.Conn, s http.ConnState) {
 		switch s {
 		case http.StateNew:
-			if open.Add(1) == int64(max) {
+			if open.Add(1) == int64(limit) {
 				srv.SetKeepAlivesEnabled(false)
 			}
 		case http.StateClosed, http.StateHijacked:
-			if open.Add(-1) == int64(max/2) {
+			if open.Add(-1) == int64(limit/2) {
 				srv.SetKeepAlivesEnabled(true)
 			}
 		}
@@ -39,5 +39,5 @@ func limitConns(srv *http.Server, ln net.Listener, max int) net.Listener {
 			next(c, s)
 		}
 	}
-	return netutil.LimitListener(ln, max)
+	return netutil.LimitListener(ln, limit)
 }

@@ -11,16 +11,17 @@ import (
 	"time"
 )
 
-// capped serves h on a loopback listener capped at max connections, the
+// capped serves h on a loopback listener capped at limit connections, the
 // way serve does.
-func capped(t *testing.T, max int, h http.Handler) string {
+func capped(t *testing.T, limit int, h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, IdleTimeout: time.Minute, ReadHeaderTimeout: 5 * time.Second}
-	capLn := limitConns(srv, ln, max)
+	capLn := limitConns(srv, ln, limit)
 	go func() { _ = srv.Serve(capLn) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()
@@ -29,10 +30,10 @@ func capped(t *testing.T, max int, h http.Handler) string {
 // Past STOCK_MAX_CONNS no connection is taken on: the rest wait in the
 // kernel's queue and are all served as slots free up.
 func TestConnectionCapHolds(t *testing.T) {
-	const max, clients = 3, 10
+	const limit, clients = 3, 10
 	var now, peak atomic.Int64
 	release := make(chan struct{})
-	url := capped(t, max, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	url := capped(t, limit, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := now.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
@@ -46,7 +47,12 @@ func TestConnectionCapHolds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-			resp, err := c.Get(url)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp, err := c.Do(req)
 			if err != nil {
 				t.Error(err)
 				return
@@ -56,12 +62,12 @@ func TestConnectionCapHolds(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for now.Load() < max && time.Now().Before(deadline) {
+	for now.Load() < limit && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // room for a fourth to be taken on, if the cap leaked
-	if got := now.Load(); got != max {
-		t.Errorf("%d requests in the handler with %d clients and a cap of %d connections; want %d", got, clients, max, max)
+	if got := now.Load(); got != limit {
+		t.Errorf("%d requests in the handler with %d clients and a cap of %d connections; want %d", got, clients, limit, limit)
 	}
 	close(release)
 	wg.Wait()
@@ -73,8 +79,8 @@ func TestConnectionCapHolds(t *testing.T) {
 		}
 		n++
 	}
-	if n != clients || peak.Load() > max {
-		t.Errorf("%d of %d clients answered, at most %d at once; want all, at most %d", n, clients, peak.Load(), max)
+	if n != clients || peak.Load() > limit {
+		t.Errorf("%d of %d clients answered, at most %d at once; want all, at most %d", n, clients, peak.Load(), limit)
 	}
 }
 
@@ -82,11 +88,15 @@ func TestConnectionCapHolds(t *testing.T) {
 // closes them, so a new client is served at once instead of waiting for the
 // idle timeout (a minute here).
 func TestConnectionCapShedsIdleKeepAlives(t *testing.T) {
-	const max = 2
-	url := capped(t, max, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
-	for range max { // max clients, each leaves its connection open and idle
+	const limit = 2
+	url := capped(t, limit, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	for range limit { // limit clients, each leaves its connection open and idle
 		c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-		resp, err := c.Get(url)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +108,7 @@ func TestConnectionCapShedsIdleKeepAlives(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 	if err != nil {
-		t.Fatalf("a new client with %d idle keep-alive connections at the cap: %v; want it served", max, err)
+		t.Fatalf("a new client with %d idle keep-alive connections at the cap: %v; want it served", limit, err)
 	}
 	_ = resp.Body.Close()
 }

@@ -82,7 +82,7 @@ func startedLog(t *testing.T, vars map[string]string) (string, *lockedWriter) {
 	errc := make(chan error, 1)
 	go func() {
 		err := run(ctx, []string{"stock", "serve"}, env(vars), pw, log)
-		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
+		pw.CloseWithError(runReturned(err))
 		errc <- err
 	}()
 	buf := make([]byte, 4096)
@@ -96,9 +96,14 @@ func startedLog(t *testing.T, vars map[string]string) (string, *lockedWriter) {
 		seen.Write(buf[:n])
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	t.Cleanup(func() { cancel(); <-errc })
-	url := strings.Fields(seen.String()[strings.Index(seen.String(), "http://"):])[0]
-	return url, log
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("run after cancel = %v; want nil", err)
+		}
+	})
+	_, after, _ := strings.Cut(seen.String(), "listening on ") // the loop saw it
+	return strings.Fields(after)[0], log
 }
 
 // With Redis unreachable, every log line is JSON (go-redis's own lines go
@@ -111,14 +116,14 @@ func TestLogIsJSONWithRedisDown(t *testing.T) {
 	port := testserver.FreePort(t)
 	url, log := startedLog(t, map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_REDIS_ADDRS": fmt.Sprintf("127.0.0.1:%d", port),
 		"STOCK_ON_REDIS_DOWN": "reject", "STOCK_ADMIN_TOKEN": "tok"})
-	req, _ := http.NewRequest("PUT", url+"/v1/admin/stock/A", strings.NewReader(`{"available":3}`))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/v1/admin/stock/A", strings.NewReader(`{"available":3}`))
 	req.Header.Set("Authorization", "Bearer tok")
 	req.Header.Set("Content-Type", "application/json")
 	if resp, err := http.DefaultClient.Do(req); err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	for i := range 3 {
-		req, _ := http.NewRequest("POST", url+"/v1/orders", strings.NewReader(`{"sku":"A","quantity":1}`))
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/orders", strings.NewReader(`{"sku":"A","quantity":1}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", fmt.Sprint("k", i))
 		req.Header.Set("Authorization", "Bearer "+testToken(t, "buyer-1"))
@@ -126,8 +131,8 @@ func TestLogIsJSONWithRedisDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != 503 {
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("order with Redis down in reject mode = %d; want 503", resp.StatusCode)
 		}
 	}
@@ -158,13 +163,13 @@ func TestHeaderLimit(t *testing.T) {
 	}
 	url, _ := started(t, map[string]string{"STOCK_MYSQL_DSN": dsn})
 	get := func(n int) int {
-		req, _ := http.NewRequest("GET", url+"/healthz", nil)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/healthz", nil)
 		req.Header.Set("X-Pad", strings.Repeat("a", n))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
 	if code := get(15 << 10); code != 200 {
@@ -196,13 +201,13 @@ func TestRateLimitSharedByInstances(t *testing.T) {
 		if i%2 == 1 {
 			url = b
 		}
-		resp, err := http.Get(url + "/v1/stock/NOPE")
+		resp, err := get(t, url+"/v1/stock/NOPE")
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		codes[resp.StatusCode]++
-		if resp.StatusCode == 429 && (resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") == "" || resp.Header.Get("RateLimit-Policy") == "") {
+		if resp.StatusCode == http.StatusTooManyRequests && (resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") == "" || resp.Header.Get("RateLimit-Policy") == "") {
 			t.Fatalf("429 without Retry-After/RateLimit headers: %v", resp.Header)
 		}
 	}
@@ -210,8 +215,13 @@ func TestRateLimitSharedByInstances(t *testing.T) {
 		t.Fatalf("statuses of 10 requests at once over two instances with 4/s, burst 4 = %v; want 4 x 404 and 6 x 429", codes)
 	}
 	// Health checks are never limited.
-	if resp, err := http.Get(a + "/healthz"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/healthz of a limited client = %v, %v", resp, err)
+	resp, err := get(t, a+"/healthz")
+	if err != nil {
+		t.Fatalf("/healthz of a limited client: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz of a limited client = %d; want 200", resp.StatusCode)
 	}
 }
 
@@ -225,20 +235,20 @@ func TestRateLimitWithRedisDown(t *testing.T) {
 	for mode, want := range map[string]int{"open": 404, "closed": 429} {
 		url, _ := started(t, map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_RATE_IP": "4", "STOCK_REDIS_ADDRS": down,
 			"STOCK_RATE_ON_REDIS_DOWN": mode, "STOCK_METRICS_PUBLIC": "1"})
-		resp, err := http.Get(url + "/v1/stock/NOPE")
+		resp, err := get(t, url+"/v1/stock/NOPE")
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("STOCK_RATE_ON_REDIS_DOWN=%s with Redis down = %d; want %d", mode, resp.StatusCode, want)
 		}
-		resp, err = http.Get(url + "/metrics")
+		resp, err = get(t, url+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if !strings.Contains(string(body), `stock_rate_limit_total{result="failed_`+mode+`"} 1`) {
 			t.Errorf("metrics after a %s failure lack failed_%s 1", mode, mode)
 		}

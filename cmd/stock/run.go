@@ -46,8 +46,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Help and usage never depend on the environment.
 	switch cmd {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintln(stdout, usage)
-		return nil
+		_, err := fmt.Fprintln(stdout, usage)
+		return err
 	case "serve", "migrate":
 	case "token":
 	default:
@@ -112,7 +112,10 @@ func token(cfg app.Config, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, tok)
+	// The token is the command's whole output: a failed write is its failure.
+	if _, err := fmt.Fprintln(stdout, tok); err != nil {
+		return fmt.Errorf("token: %w", err)
+	}
 	return nil
 }
 
@@ -121,7 +124,7 @@ func migrate(ctx context.Context, cfg app.Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "schema at version %d\n", v)
+	_, _ = fmt.Fprintf(stdout, "schema at version %d\n", v) // the migration is done either way
 	return nil
 }
 
@@ -146,23 +149,24 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 		MaxHeaderBytes: maxHeaderBytes - 4<<10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on STOCK_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
 	ln = limitConns(srv, ln, cfg.MaxConns)
-	fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy)
+	_, _ = fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy) // the log says it too
 	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy, "lock_backend", cfg.LockBackend)
 
 	if cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
-		addr, closeMetrics, err := servePrivate("STOCK_METRICS_ADDR", cfg.MetricsAddr, mux)
+		addr, closeMetrics, err := servePrivate(ctx, "STOCK_METRICS_ADDR", cfg.MetricsAddr, mux)
 		if err != nil {
 			return err
 		}
 		defer closeMetrics()
-		fmt.Fprintf(stdout, "stock: metrics on http://%s/metrics\n", addr)
+		_, _ = fmt.Fprintf(stdout, "stock: metrics on http://%s/metrics\n", addr) // the log says it too
 		log.Info("metrics listener", "addr", addr)
 	}
 	if cfg.PprofAddr != "" {
@@ -171,7 +175,7 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		addr, closePprof, err := servePrivate("STOCK_PPROF_ADDR", cfg.PprofAddr, mux)
+		addr, closePprof, err := servePrivate(ctx, "STOCK_PPROF_ADDR", cfg.PprofAddr, mux)
 		if err != nil {
 			return err
 		}
@@ -183,8 +187,9 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 
 // servePrivate serves h on a listener of its own (metrics, pprof: keep the
 // address private); setting names the variable in a listen error.
-func servePrivate(setting, addr string, h http.Handler) (string, func(), error) {
-	ln, err := net.Listen("tcp", addr)
+func servePrivate(ctx context.Context, setting, addr string, h http.Handler) (string, func(), error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("listen on %s %s: %w", setting, addr, err)
 	}

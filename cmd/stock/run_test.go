@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +25,25 @@ import (
 )
 
 func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
+
+// get sends a GET of url, bound to the test's context.
+func get(t testing.TB, url string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return http.DefaultClient.Do(req)
+}
+
+// runReturned is the error the reader of run's stdout sees once run has
+// returned err (nil included).
+func runReturned(err error) error {
+	if err == nil {
+		return errors.New("run returned nil")
+	}
+	return fmt.Errorf("run returned: %w", err)
+}
 
 // testJWTSecret signs the buyers' tokens of the instances these tests start.
 const testJWTSecret = apptest.JWTSecret
@@ -91,7 +111,7 @@ func started(t *testing.T, vars map[string]string) (string, func() error) {
 	errc := make(chan error, 1)
 	go func() {
 		err := run(ctx, []string{"stock", "serve"}, env(vars), pw, io.Discard)
-		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
+		pw.CloseWithError(runReturned(err))
 		errc <- err
 	}()
 	sc := bufio.NewScanner(pr)
@@ -132,8 +152,13 @@ func TestMigrateIsIdempotentAndServeRefusesUnmigrated(t *testing.T) {
 		}
 	}
 	url, stop := started(t, vars)
-	if resp, err := http.Get(url + "/readyz"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("readyz after migrate = %v, %v", resp, err)
+	resp, err := get(t, url+"/readyz")
+	if err != nil {
+		t.Fatalf("readyz after migrate: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz after migrate = %d; want 200", resp.StatusCode)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("run after stop = %v; want nil", err)
@@ -146,14 +171,18 @@ func TestMigrateCreatesDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	t.Cleanup(func() { _, _ = db.Exec("DROP DATABASE IF EXISTS " + name) })
+	// The drop runs at clean-up, after the test function returned: the
+	// handle is closed after it, not by a defer (which would run first).
+	t.Cleanup(func() {
+		_, _ = db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)
+		_ = db.Close()
+	})
 	vars := map[string]string{"STOCK_MYSQL_DSN": testserver.SharedMySQL + name + "?parseTime=true"}
 	if err := run(context.Background(), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard); err != nil {
 		t.Fatalf("migrate into a missing database = %v", err)
 	}
 	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name IN ('stock','orders','stock_ledger')", name).Scan(&n); err != nil || n != 3 {
+	if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name IN ('stock','orders','stock_ledger')", name).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("tables after migrate = %d, %v; want 3", n, err)
 	}
 }
@@ -175,11 +204,16 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	}
 	url, stop := started(t, vars)
 	sku := fmt.Sprintf("GS-%d", time.Now().UnixNano())
-	req, _ := http.NewRequest("PUT", url+"/v1/admin/stock/"+sku, strings.NewReader(`{"available":1000}`))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/v1/admin/stock/"+sku, strings.NewReader(`{"available":1000}`))
 	req.Header.Set("Authorization", "Bearer tok")
 	req.Header.Set("Content-Type", "application/json")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("set stock: %v %v", resp, err)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("set stock: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("set stock = %d; want 200", resp.StatusCode)
 	}
 
 	type ack struct {
@@ -196,7 +230,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 			defer wg.Done()
 			for j := 0; ; j++ {
 				key := fmt.Sprintf("g%d-%d", i, j)
-				req, _ := http.NewRequest("POST", url+"/v1/orders", strings.NewReader(fmt.Sprintf(`{"sku":%q,"quantity":1}`, sku)))
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/orders", strings.NewReader(fmt.Sprintf(`{"sku":%q,"quantity":1}`, sku)))
 				req.Header.Set("Authorization", "Bearer "+testToken(t, "buyer-1"))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Idempotency-Key", key)
@@ -213,7 +247,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 					acks = append(acks, ack{key, o.ID})
 					mu.Unlock()
 				}
-				resp.Body.Close()
+				_ = resp.Body.Close()
 			}
 		}()
 	}
@@ -236,22 +270,22 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	for _, a := range acks {
 		var id int64
-		if err := db.QueryRow("SELECT id FROM orders WHERE idempotency_key = ?", a.key).Scan(&id); err != nil || id != a.id {
+		if err := db.QueryRowContext(t.Context(), "SELECT id FROM orders WHERE idempotency_key = ?", a.key).Scan(&id); err != nil || id != a.id {
 			t.Fatalf("acknowledged order %s (id %d) in MySQL: id %d, %v", a.key, a.id, id, err)
 		}
 	}
 	var sold, orders int64
-	if err := db.QueryRow("SELECT sold, (SELECT COUNT(*) FROM orders WHERE sku = ?) FROM stock WHERE sku = ?", sku, sku).Scan(&sold, &orders); err != nil {
+	if err := db.QueryRowContext(t.Context(), "SELECT sold, (SELECT COUNT(*) FROM orders WHERE sku = ?) FROM stock WHERE sku = ?", sku, sku).Scan(&sold, &orders); err != nil {
 		t.Fatal(err)
 	}
 	if sold != orders || orders < int64(len(acks)) {
 		t.Fatalf("sold %d, orders %d, acknowledged %d; want sold == orders >= acknowledged", sold, orders, len(acks))
 	}
 	r := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	if n, _ := r.Exists(context.Background(), skulock.Name(sku)).Result(); n != 0 {
 		t.Fatal("the SKU lock is still held after shutdown")
 	}
@@ -270,11 +304,12 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	url, _ := started(t, vars)
 	addr := strings.TrimPrefix(url, "http://")
 	trickle := func(prefix, rest string) (time.Duration, error) {
-		conn, err := net.Dial("tcp", addr)
+		var d net.Dialer
+		conn, err := d.DialContext(t.Context(), "tcp", addr)
 		if err != nil {
 			return 0, err
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		start := time.Now()
 		if _, err := conn.Write([]byte(prefix)); err != nil {
 			return 0, err
@@ -313,11 +348,14 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	}
 	// Meanwhile a normal client is served.
 	time.Sleep(100 * time.Millisecond)
-	resp, err := http.Get(url + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("normal request during 20 slow clients = %v, %v", resp, err)
+	resp, err := get(t, url+"/healthz")
+	if err != nil {
+		t.Fatalf("normal request during 20 slow clients: %v", err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("normal request during 20 slow clients = %d; want 200", resp.StatusCode)
+	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {

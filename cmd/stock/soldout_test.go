@@ -17,7 +17,7 @@ import (
 // do sends one request and returns its status.
 func do(t *testing.T, method, url, token, key, body string) int {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {

@@ -263,7 +263,7 @@ func Migrate(ctx context.Context, cfg Config) (int64, error) {
 	if err != nil {
 		return 0, mysqlStartErr(cfg.MySQLDSN, err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	return store.Migrate(ctx)
 }
 

@@ -101,7 +101,7 @@ func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *syncBuf
 // send makes a request and returns its status.
 func send(t *testing.T, method, url, body string, header map[string]string) int {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func send(t *testing.T, method, url, body string, header map[string]string) int 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
 }
@@ -193,8 +193,8 @@ func wantAttrs(t *testing.T, s tracetest.SpanStub, want map[string]string) {
 	got := attrs(s)
 	for k, v := range want {
 		a, ok := got[attribute.Key(k)]
-		if !ok || a.Emit() != v {
-			t.Errorf("span %s: %s = %q (present %v); want %q", s.Name, k, a.Emit(), ok, v)
+		if !ok || a.String() != v {
+			t.Errorf("span %s: %s = %q (present %v); want %q", s.Name, k, a.String(), ok, v)
 		}
 	}
 }
@@ -251,8 +251,8 @@ func TestTraceOfAnOrder(t *testing.T) {
 			t.Errorf("span %s has status error (%s) on a created order", s.Name, s.Status.Description)
 		}
 		for _, kv := range s.Attributes {
-			if strings.Contains(kv.Value.Emit(), buyer) {
-				t.Errorf("span %s attribute %s = %q names the buyer", s.Name, kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), buyer) {
+				t.Errorf("span %s attribute %s = %q names the buyer", s.Name, kv.Key, kv.Value.String())
 			}
 		}
 	}
@@ -493,7 +493,7 @@ func TestOTLPExport(t *testing.T) {
 		if st := order(t, srv, "buyer-1", "key-1", "SKU-X", 1, ""); st != http.StatusCreated {
 			t.Fatalf("POST order = %d; want 201", st)
 		}
-		srv.App.Close() // flushes the batch span processor
+		srv.Close() // flushes the batch span processor
 		names, services, bad := recv.spans()
 		if len(bad) > 0 {
 			t.Errorf("tracing %v: requests the receiver could not read: %v", on, bad)

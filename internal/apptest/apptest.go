@@ -50,7 +50,7 @@ func Database(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	if _, err := store.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
