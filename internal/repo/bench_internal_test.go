@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"syscall"
@@ -78,6 +79,27 @@ func deductAll(ctx context.Context, s *Store, bt service.Batch) error {
 	return nil
 }
 
+// takenSQL is the (buyer, key) pairs among buyers x keys that already have
+// an order. The rows are closed before it returns, on every path, so the
+// transaction's connection is free for the next statement.
+func takenSQL(ctx context.Context, tx *sql.Tx, buyers, keys []any) (map[buyerKey]bool, error) {
+	in := strings.TrimSuffix(strings.Repeat("?,", len(buyers)), ",")
+	rows, err := tx.QueryContext(ctx, "SELECT buyer, idempotency_key FROM orders WHERE buyer IN ("+in+") AND idempotency_key IN ("+in+")", append(buyers, keys...)...) //nolint:gosec // G202: only "?" placeholders are concatenated; the values are arguments
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	taken := map[buyerKey]bool{}
+	for rows.Next() {
+		var k buyerKey
+		if err := rows.Scan(&k.buyer, &k.key); err != nil {
+			return nil, err
+		}
+		taken[k] = true
+	}
+	return taken, rows.Err()
+}
+
 // batchSQL is deductBatchFast's statements for a batch without a per-buyer
 // limit, in plain database/sql: the stock row, the batch's existing keys,
 // one multi-row INSERT of the orders, one of the ledger, the versioned
@@ -96,20 +118,8 @@ func batchSQL(ctx context.Context, s *Store, b service.Batch) error {
 	for i, it := range b.Items {
 		buyers[i], keys[i] = it.Buyer, it.Key
 	}
-	in := strings.TrimSuffix(strings.Repeat("?,", len(b.Items)), ",")
-	rows, err := tx.QueryContext(ctx, "SELECT buyer, idempotency_key FROM orders WHERE buyer IN ("+in+") AND idempotency_key IN ("+in+")", append(buyers, keys...)...)
+	taken, err := takenSQL(ctx, tx, buyers, keys)
 	if err != nil {
-		return err
-	}
-	taken := map[buyerKey]bool{}
-	for rows.Next() {
-		var k buyerKey
-		if err := rows.Scan(&k.buyer, &k.key); err != nil {
-			return err
-		}
-		taken[k] = true
-	}
-	if err := rows.Close(); err != nil {
 		return err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)

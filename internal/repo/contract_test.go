@@ -32,7 +32,7 @@ func TestStoreContract(t *testing.T) {
 		return servicetest.ContractStore{Store: s, LedgerRows: func(t *testing.T, sku string) int {
 			t.Helper()
 			var n int
-			if err := db.QueryRow("SELECT COUNT(*) FROM stock_ledger WHERE sku = ?", sku).Scan(&n); err != nil {
+			if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM stock_ledger WHERE sku = ?", sku).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			return n

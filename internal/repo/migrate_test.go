@@ -26,7 +26,7 @@ func TestConcurrentMigrationsApplyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	// goose creates its version table first, retrying a second apart when
 	// another run creates it at the same moment; that pause would keep the
 	// runs from overlapping, so the table is made before they start, as on a
@@ -73,7 +73,7 @@ func TestConcurrentMigrationsApplyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	var applied int64
 	for rows.Next() {
 		var v, n int64

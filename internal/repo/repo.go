@@ -227,7 +227,7 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 	if err != nil {
 		return fmt.Errorf("repo: open: %w", err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+strings.ReplaceAll(name, "`", "``")+"`")
 	return translate(ctx, "create database", err)
 }

@@ -196,8 +196,8 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 // sold out (available 0) and, if so, the buyer and key of every order of
 // it. While nothing is available no order of sku can commit, so until the
 // next restock these are all the orders it has. complete is false when sku
-// is not sold out or has more than max orders.
-func (s *Store) SoldOutKeys(ctx context.Context, sku string, max int) (keys []service.BuyerKey, complete bool, err error) {
+// is not sold out or has more than limit orders.
+func (s *Store) SoldOutKeys(ctx context.Context, sku string, limit int) (keys []service.BuyerKey, complete bool, err error) {
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		cur, err := readStock(tx, sku, false)
 		if errors.Is(err, service.ErrUnknownSKU) || err == nil && cur.Available != 0 {
@@ -207,10 +207,10 @@ func (s *Store) SoldOutKeys(ctx context.Context, sku string, max int) (keys []se
 			return err
 		}
 		if err := tx.Table("orders").Select("buyer", "idempotency_key AS `key`").Where("sku = ?", sku).
-			Limit(max + 1).Scan(&keys).Error; err != nil {
+			Limit(limit + 1).Scan(&keys).Error; err != nil {
 			return err
 		}
-		complete = len(keys) <= max
+		complete = len(keys) <= limit
 		return nil
 	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {

@@ -19,8 +19,8 @@ import (
 // filled in arrival order), or a replay of its key.
 
 // errLineFull is the answer past the per-SKU line cap.
-func errLineFull(max int) error {
-	return fmt.Errorf("%w: more than %d orders of this SKU are waiting at this instance", ErrBusy, max)
+func errLineFull(limit int) error {
+	return fmt.Errorf("%w: more than %d orders of this SKU are waiting at this instance", ErrBusy, limit)
 }
 
 // placeCombined places d through the SKU's line of orders and returns its own

@@ -71,14 +71,14 @@ func (ls *lines) shard(sku string) *lineShard {
 }
 
 // join puts c at the back of the SKU's line. It reports false when the line
-// is full (max live calls), and whether c's goroutine must lead (no leader is
+// is full (limit live calls), and whether c's goroutine must lead (no leader is
 // serving the SKU).
-func (ls *lines) join(sku string, c *call, max int) (ok, lead bool) {
+func (ls *lines) join(sku string, c *call, limit int) (ok, lead bool) {
 	sh := ls.shard(sku)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l := sh.get(sku)
-	if l.live >= max {
+	if l.live >= limit {
 		l.forget(sh, sku)
 		return false, false
 	}
@@ -157,12 +157,12 @@ func (sh *lineShard) get(sku string) *line {
 
 // enter counts a request waiting for the SKU lock outside a batch (no
 // combining). It reports false when the line is full.
-func (ls *lines) enter(sku string, max int) bool {
+func (ls *lines) enter(sku string, limit int) bool {
 	sh := ls.shard(sku)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l := sh.get(sku)
-	if l.live >= max {
+	if l.live >= limit {
 		return false
 	}
 	l.live++
@@ -180,13 +180,13 @@ func (ls *lines) exit(sku string) {
 }
 
 // admit counts one more request of sku at this instance; it reports false
-// (and counts nothing) when max are in already.
-func (ls *lines) admit(sku string, max int) bool {
+// (and counts nothing) when limit are in already.
+func (ls *lines) admit(sku string, limit int) bool {
 	sh := ls.shard(sku)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l := sh.get(sku)
-	if l.admitted >= max {
+	if l.admitted >= limit {
 		return false
 	}
 	l.admitted++

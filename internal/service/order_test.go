@@ -129,7 +129,7 @@ func (e *env) waitInLine(t *testing.T, n int) {
 func (e *env) waitForLock(t *testing.T) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		if n, _ := rdb.LLen(context.Background(), "golock_line:"+skulock.Name(e.sku)).Result(); n > 0 {
 			return
@@ -370,7 +370,7 @@ func conflicts(t *testing.T, reg *prometheus.Registry) float64 {
 func ledgerRows(t *testing.T, e *env) int {
 	t.Helper()
 	var n int
-	if err := e.db.QueryRow("SELECT COUNT(*) FROM stock_ledger WHERE sku = ?", e.sku).Scan(&n); err != nil {
+	if err := e.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM stock_ledger WHERE sku = ?", e.sku).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -39,9 +39,9 @@ func (c *countingStore) Precheck(ctx context.Context, sku, buyer, key string) (s
 	return c.Store.Precheck(ctx, sku, buyer, key)
 }
 
-func (c *countingStore) SoldOutKeys(ctx context.Context, sku string, max int) ([]service.BuyerKey, bool, error) {
+func (c *countingStore) SoldOutKeys(ctx context.Context, sku string, limit int) ([]service.BuyerKey, bool, error) {
 	c.calls.Add(1)
-	return c.Store.SoldOutKeys(ctx, sku, max)
+	return c.Store.SoldOutKeys(ctx, sku, limit)
 }
 
 func (c *countingStore) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {

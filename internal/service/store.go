@@ -153,8 +153,8 @@ type Store interface {
 	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)
 	// SoldOutKeys reads in one snapshot whether sku is sold out and, if so,
 	// the buyer and key of each of its orders; complete is false when it is
-	// not sold out or has more than max orders.
-	SoldOutKeys(ctx context.Context, sku string, max int) (keys []BuyerKey, complete bool, err error)
+	// not sold out or has more than limit orders.
+	SoldOutKeys(ctx context.Context, sku string, limit int) (keys []BuyerKey, complete bool, err error)
 	// SetStock creates the SKU or sets its available count and per-buyer
 	// limit, with a ledger entry when the count changes.
 	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error)

@@ -55,7 +55,7 @@ func (s *Service) placeVersioned(ctx context.Context, d Deduction) (Order, error
 		}
 		if s.cfg.Strategy == StrategyVersion {
 			// Spread the retries of lock-free writers over a few ms.
-			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 4))))
+			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 4)))) //nolint:gosec // G404: retry jitter, not a secret; nothing to guess
 			select {
 			case <-ctx.Done():
 				t.Stop()

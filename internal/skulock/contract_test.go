@@ -82,7 +82,7 @@ func migrated(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	if _, err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,9 @@ func waitRunsOut(t *testing.T, b backend) {
 	if err := h.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mustLock(t, c, s, time.Second, 5*time.Second).Unlock(context.Background())
+	if err := mustLock(t, c, s, time.Second, 5*time.Second).Unlock(context.Background()); err != nil {
+		t.Errorf("%s: Unlock after the lock was released and taken again = %v; want nil", b.name, err)
+	}
 }
 
 // A wait whose context ends returns ErrLockNotObtained joined with the
@@ -187,7 +189,11 @@ func cancelledWait(t *testing.T, b backend) {
 	s := sku(t)
 	a, c := b.open(t), b.open(t)
 	h := mustLock(t, a, s, time.Second, 5*time.Second)
-	defer h.Unlock(context.Background())
+	defer func() {
+		if err := h.Unlock(context.Background()); err != nil {
+			t.Errorf("%s: Unlock of the hold a wait gave up on = %v; want nil", b.name, err)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
 	defer cancel()
 	_, err := c.TryLock(ctx, s, 10*time.Second, 5*time.Second)
@@ -220,7 +226,9 @@ func expiry(t *testing.T, b backend) {
 	if h2.Fence() <= h.Fence() {
 		t.Errorf("%s: fence after an expiry %d; want > %d", b.name, h2.Fence(), h.Fence())
 	}
-	h2.Unlock(context.Background())
+	if err := h2.Unlock(context.Background()); err != nil {
+		t.Errorf("%s: Unlock of the hold after an expiry = %v; want nil", b.name, err)
+	}
 }
 
 // The holder whose lease ran out and was taken over cannot release the new
@@ -247,7 +255,9 @@ func staleUnlock(t *testing.T, b backend) {
 	if err := h.Unlock(context.Background()); !errors.Is(err, skulock.ErrNotHeld) {
 		t.Errorf("%s: second Unlock = %v; want ErrNotHeld", b.name, err)
 	}
-	mustLock(t, d, s, 0, 5*time.Second).Unlock(context.Background())
+	if err := mustLock(t, d, s, 0, 5*time.Second).Unlock(context.Background()); err != nil {
+		t.Errorf("%s: Unlock of the next holder = %v; want nil", b.name, err)
+	}
 }
 
 // Every new holder's fence is larger than the last one's.

@@ -144,7 +144,7 @@ func poll[T any](ctx context.Context, wait time.Duration, try func() (T, bool, e
 		}
 		// Full jitter over [pause/2, pause): waiters of one SKU spread out
 		// instead of arriving together when the holder lets go.
-		d := min(pause/2+rand.N(pause/2), left)
+		d := min(pause/2+rand.N(pause/2), left) //nolint:gosec // G404: poll jitter, not a secret; nothing to guess
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():

@@ -18,9 +18,9 @@ import (
 // the service's ErrLockNotObtained (still lock.ErrNotObtained beneath).
 func TestRedisLocker(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	c := lock.New(rdb)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	l := skulock.Redis{Client: c}
 	ctx := context.Background()
 	sku := "skulock-" + time.Now().Format("150405.000000")
@@ -32,7 +32,7 @@ func TestRedisLocker(t *testing.T) {
 		t.Fatalf("no key %s while the lock is held", skulock.Name(sku))
 	}
 	other := lock.New(rdb)
-	defer other.Close()
+	defer func() { _ = other.Close() }()
 	_, err = skulock.Redis{Client: other}.TryLock(ctx, sku, 50*time.Millisecond, 0)
 	if !errors.Is(err, service.ErrLockNotObtained) || !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held SKU = %v; want service.ErrLockNotObtained wrapping lock.ErrNotObtained", err)

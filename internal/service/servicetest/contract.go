@@ -547,11 +547,11 @@ func contractBatchOfOne(t *testing.T, s ContractStore) {
 
 func contractSoldOutKeys(t *testing.T, s ContractStore) {
 	ctx := context.Background()
-	keys := func(sku string, max int) ([]service.BuyerKey, bool) {
+	keys := func(sku string, limit int) ([]service.BuyerKey, bool) {
 		t.Helper()
-		k, complete, err := s.SoldOutKeys(ctx, sku, max)
+		k, complete, err := s.SoldOutKeys(ctx, sku, limit)
 		if err != nil {
-			t.Fatalf("SoldOutKeys(%q, %d) = %v", sku, max, err)
+			t.Fatalf("SoldOutKeys(%q, %d) = %v", sku, limit, err)
 		}
 		return k, complete
 	}

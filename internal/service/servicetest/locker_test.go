@@ -48,7 +48,7 @@ func TestLocker(t *testing.T) {
 	for l.Waiting("A") != 1 {
 		time.Sleep(time.Millisecond)
 	}
-	if err := h1.Unlock(ctx); err != nil || h1.Err() != servicetest.ErrNotHeld {
+	if err := h1.Unlock(ctx); err != nil || !errors.Is(h1.Err(), servicetest.ErrNotHeld) {
 		t.Fatalf("Unlock = %v, then Err = %v; want nil, ErrNotHeld", err, h1.Err())
 	}
 	if err := h1.Unlock(ctx); !errors.Is(err, servicetest.ErrNotHeld) {

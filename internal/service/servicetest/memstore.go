@@ -111,7 +111,7 @@ func (m *MemStore) FailNext(n int, err error) {
 	}
 }
 
-// AfterRead, if f is not nil, runs f(sku) in every Deduct and DeductBatch
+// AfterRead makes every Deduct and DeductBatch run f(sku), if f is not nil,
 // before its write, after the read of the stock row in the modes that read
 // first (WritePlain, WriteVersioned, batches): where a concurrent writer
 // would interleave. f may call the store.
@@ -262,8 +262,8 @@ func (m *MemStore) Precheck(ctx context.Context, sku, buyer, key string) (servic
 
 // SoldOutKeys reads in one snapshot whether sku is sold out (available 0)
 // and, if so, the buyer and key of each of its orders; complete is false
-// when it is unknown, not sold out, or has more than max orders.
-func (m *MemStore) SoldOutKeys(ctx context.Context, sku string, max int) ([]service.BuyerKey, bool, error) {
+// when it is unknown, not sold out, or has more than limit orders.
+func (m *MemStore) SoldOutKeys(ctx context.Context, sku string, limit int) ([]service.BuyerKey, bool, error) {
 	if err := ctxErr(ctx, "read sold-out keys"); err != nil {
 		return nil, false, err
 	}
@@ -276,7 +276,7 @@ func (m *MemStore) SoldOutKeys(ctx context.Context, sku string, max int) ([]serv
 	var keys []service.BuyerKey
 	for _, o := range m.orders {
 		if o.SKU == sku {
-			if len(keys) == max {
+			if len(keys) == limit {
 				return nil, false, nil
 			}
 			keys = append(keys, service.BuyerKey{Buyer: o.Buyer, Key: o.Key})
