@@ -42,7 +42,7 @@ func requestID(c *gin.Context) string {
 	if id := c.GetHeader(requestIDHeader); len(id) <= 64 && validToken(id) {
 		return id
 	}
-	return strconv.FormatUint(rand.Uint64(), 16)
+	return strconv.FormatUint(rand.Uint64(), 16) //nolint:gosec // G404: a request id must be unique, not unguessable
 }
 
 func validToken(s string) bool {
@@ -145,17 +145,17 @@ func observe(m *metrics.Metrics, log *slog.Logger, budget *logBudget) gin.Handle
 	}
 }
 
-// inflight answers 503 at once, with Retry-After, while max requests are
+// inflight answers 503 at once, with Retry-After, while limit requests are
 // already being served; health and metrics requests are not counted, so an
 // overloaded instance still answers its probes.
-func inflight(max int64) gin.HandlerFunc {
+func inflight(limit int64) gin.HandlerFunc {
 	var n atomic.Int64
 	return func(c *gin.Context) {
-		if max <= 0 || isProbe(c.Request.URL.Path) {
+		if limit <= 0 || isProbe(c.Request.URL.Path) {
 			c.Next()
 			return
 		}
-		if n.Add(1) > max {
+		if n.Add(1) > limit {
 			n.Add(-1)
 			_ = c.Error(errOverloaded)
 			c.Abort()

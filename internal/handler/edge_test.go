@@ -24,8 +24,9 @@ import (
 )
 
 // edge is a handler over a fake service (no database), with its metrics
-// registry and its log in a buffer.
+// registry and its log in a buffer. Its requests carry the test's context.
 type edge struct {
+	ctx context.Context
 	h   http.Handler
 	reg *prometheus.Registry
 	log *syncBuffer
@@ -78,11 +79,11 @@ func newEdge(t *testing.T, cfg Config, svc Service) *edge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &edge{h: h, reg: reg, log: buf}
+	return &edge{ctx: t.Context(), h: h, reg: reg, log: buf}
 }
 
 func (e *edge) do(method, path, body string, hdr ...string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req := httptest.NewRequestWithContext(e.ctx, method, path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -140,16 +141,16 @@ func TestMetricLabelsAreClosed(t *testing.T) {
 	rnd := func(n int) string {
 		b := make([]byte, n)
 		for i := range b {
-			b[i] = letters[rand.IntN(len(letters))]
+			b[i] = letters[rand.IntN(len(letters))] //nolint:gosec // G404: test input, not a secret
 		}
 		return string(b)
 	}
 	for i := range 1000 {
-		method := rnd(1 + rand.IntN(200))
+		method := rnd(1 + rand.IntN(200)) //nolint:gosec // G404: test input, not a secret
 		if i%10 == 0 {
 			method = "post" // lower case is not POST
 		}
-		e.do(method, "/"+rnd(1+rand.IntN(50))+"/"+rnd(3), "")
+		e.do(method, "/"+rnd(1+rand.IntN(50))+"/"+rnd(3), "") //nolint:gosec // G404: test input, not a secret
 	}
 	// Routes (about 10) x known methods + OTHER (8) x statuses seen.
 	if n := e.series(t, "stock_http_requests_total"); n > 8 {
@@ -214,17 +215,21 @@ func TestSlowBodyIs408(t *testing.T) {
 	srv.Config.ReadTimeout = 300 * time.Millisecond
 	srv.Start()
 	defer srv.Close()
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	var d net.Dialer
+	conn, err := d.DialContext(t.Context(), "tcp", srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: k\r\nAuthorization: Bearer tok:u1\r\nContent-Length: 40\r\n\r\n{\"sku\":")
+	defer func() { _ = conn.Close() }()
+	if _, err := fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: k\r\nAuthorization: Bearer tok:u1\r\nContent-Length: 40\r\n\r\n{\"sku\":"); err != nil {
+		t.Fatalf("writing the stalled request: %v", err)
+	}
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatalf("no answer to a stalled body: %v", err)
 	}
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "request-timeout") {
 		t.Fatalf("stalled body answered %d %s; want 408 request-timeout", resp.StatusCode, body)
@@ -252,13 +257,17 @@ func TestHeadAnswersLikeGet(t *testing.T) {
 	}
 	srv := httptest.NewServer(e.h)
 	defer srv.Close()
-	resp, err := http.Head(srv.URL + "/healthz")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, srv.URL+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || len(body) != 0 {
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(body) != 0 {
 		t.Fatalf("HEAD /healthz over HTTP = %d with %d body bytes; want 200 and none", resp.StatusCode, len(body))
 	}
 }
@@ -385,7 +394,7 @@ func TestRateLimitAndClientIP(t *testing.T) {
 	l := &fixedLimiter{n: 2, seen: map[string]int{}}
 	e := newEdge(t, Config{Limiter: l, TrustedProxies: []string{"10.0.0.0/8"}}, nil)
 	send := func(remote, xff string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", "/v1/stock/A", nil)
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/stock/A", nil)
 		req.RemoteAddr = remote + ":1234"
 		if xff != "" {
 			req.Header.Set("X-Forwarded-For", xff)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/apptest"
-	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/handler"
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/repo"
@@ -40,14 +39,6 @@ const adminToken = apptest.AdminToken
 
 // jwtSecret signs the buyers' tokens of the test instances.
 var jwtSecret = []byte(apptest.JWTSecret)
-
-var testTokens = func() *auth.Verifier {
-	v, err := auth.NewVerifier(auth.Config{Secret: jwtSecret})
-	if err != nil {
-		panic(err)
-	}
-	return v
-}()
 
 // testBuyer is the buyer of requests that name none.
 const testBuyer = "test-buyer"
@@ -161,7 +152,7 @@ func do(t testing.TB, method, url string, header map[string]string, body string)
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, url, rd)
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +171,7 @@ func do(t testing.TB, method, url string, header map[string]string, body string)
 		t.Errorf("%s %s: %v", method, url, err)
 		return reply{}
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}
 }
@@ -257,11 +248,11 @@ func count(rs []reply) map[int]int {
 func (d *db) ordersOf(t testing.TB, sku string) map[string]int64 {
 	t.Helper()
 	sqlDB := openSQL(t, d.dsn)
-	rows, err := sqlDB.Query("SELECT idempotency_key, id FROM orders WHERE sku = ?", sku)
+	rows, err := sqlDB.QueryContext(t.Context(), "SELECT idempotency_key, id FROM orders WHERE sku = ?", sku)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	m := map[string]int64{}
 	for rows.Next() {
 		var k string
@@ -271,11 +262,8 @@ func (d *db) ordersOf(t testing.TB, sku string) map[string]int64 {
 		}
 		m[k] = id
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("orders of %s: %v", sku, err)
+	}
 	return m
-}
-
-func readAll(resp *http.Response) []byte {
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return b
 }

@@ -144,7 +144,7 @@ func FuzzPlaceOrder(f *testing.F) {
 		if !utf8.ValidString(key) || strings.ContainsAny(key, "\r\n\x00") {
 			return // not sendable as a header
 		}
-		req := httptest.NewRequest("POST", "/v1/orders", strings.NewReader(body))
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/orders", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("Authorization", "Bearer tok:u1")
@@ -214,7 +214,7 @@ func FuzzRouter(f *testing.F) {
 			strings.ContainsAny(hk+hv, "\r\n\x00") || !httpguts(hk) {
 			return // not a request a client can send
 		}
-		req, err := http.NewRequest(method, "http://x"+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), method, "http://x"+path, strings.NewReader(body))
 		if err != nil {
 			return
 		}

@@ -147,7 +147,7 @@ func TestMalformedRequestsTable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec.reset()
-			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+			req := httptest.NewRequestWithContext(t.Context(), c.method, c.path, strings.NewReader(c.body))
 			if c.key != "" {
 				req.Header.Set("Idempotency-Key", c.key)
 			}

@@ -78,7 +78,7 @@ func TestOpenAPIServed(t *testing.T) {
 	h := checkSpec(t, docHandler(t))
 	get := func(method, path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), method, path, nil))
 		return rec
 	}
 	y := get("GET", "/openapi.yaml")

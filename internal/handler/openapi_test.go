@@ -127,13 +127,13 @@ func (s *specCheck) Check(ex exchange) error {
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 	if err == nil {
 		if rerr := openapi3filter.ValidateRequest(ctx, in); rerr != nil && ex.Status < 400 {
-			return fmt.Errorf("%s: the document refuses the request, but it was answered %d: %v", what, ex.Status, rerr)
+			return fmt.Errorf("%s: the document refuses the request, but it was answered %d: %w", what, ex.Status, rerr)
 		}
 	}
 	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: ex.Status, Header: ex.Header, Options: opts}
 	out.SetBodyBytes(ex.Body)
 	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
-		return fmt.Errorf("%s answered %d %s: %v", what, ex.Status, clip(ex.Body), err)
+		return fmt.Errorf("%s answered %d %s: %w", what, ex.Status, clip(ex.Body), err)
 	}
 	return nil
 }
@@ -293,7 +293,7 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 			})
 			var got []error
 			h := s.Wrap(fake, func(err error) { got = append(got, err) })
-			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.reqBody))
+			req := httptest.NewRequestWithContext(t.Context(), c.method, c.path, strings.NewReader(c.reqBody))
 			if c.reqBody != "" {
 				req.Header.Set("Content-Type", "application/json")
 			}

@@ -3,6 +3,7 @@ package handler_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,7 +183,7 @@ func TestBrokenLockWithoutBackstopOversells(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
-			rs[i] = in.order(t, "k"+string(rune('a'+i)), "ONE", 1)
+			rs[i] = in.order(t, "k"+strconv.Itoa(i), "ONE", 1)
 		}()
 	}
 	wg.Wait()

@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -32,7 +33,11 @@ func TestTimedOutClientsRetrySameKey(t *testing.T) {
 			defer wg.Done()
 			key := fmt.Sprintf("to-%d", i)
 			for try := 0; try < 200; try++ {
-				req, _ := http.NewRequest("POST", ins[try%2].url+"/v1/orders", strings.NewReader(`{"sku":"TO","quantity":1}`))
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, ins[try%2].url+"/v1/orders", strings.NewReader(`{"sku":"TO","quantity":1}`))
+				if err != nil {
+					t.Errorf("order request: %v", err)
+					return
+				}
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer "+tokenFor(t, testBuyer))
 				req.Header.Set("Idempotency-Key", key)
@@ -45,8 +50,9 @@ func TestTimedOutClientsRetrySameKey(t *testing.T) {
 					outs[i].timeouts++
 					continue
 				}
-				r := reply{status: resp.StatusCode}
-				r.body = readAll(resp)
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				r := reply{status: resp.StatusCode, body: body}
 				if r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable {
 					continue
 				}
@@ -102,11 +108,15 @@ func TestGivingUpInLineWritesNothing(t *testing.T) {
 	first := make(chan reply, 1)
 	go func() { first <- in.order(t, "gl-first", "GL", 1) }() // leads a batch, 300ms in its critical section
 	time.Sleep(100 * time.Millisecond)
-	req, _ := http.NewRequest("POST", in.url+"/v1/orders", strings.NewReader(`{"sku":"GL","quantity":1}`))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, in.url+"/v1/orders", strings.NewReader(`{"sku":"GL","quantity":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tokenFor(t, testBuyer))
 	req.Header.Set("Idempotency-Key", "gl-quitter")
-	if _, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
+	if resp, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
+		_ = resp.Body.Close()
 		t.Fatal("the impatient request was answered within 50ms; the test needs it to time out in line")
 	}
 	if r := <-first; r.status != http.StatusCreated {

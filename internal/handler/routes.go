@@ -160,7 +160,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		defer func() {
 			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
+				if v == http.ErrAbortHandler { //nolint:errorlint // v is a recovered panic value, not an error chain; net/http compares it with == too
 					panic(v)
 				}
 				log.ErrorContext(c.Request.Context(), "panic", "path", c.Request.URL.Path, "request_id", RequestID(c.Request.Context()), "panic", v)
