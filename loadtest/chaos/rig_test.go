@@ -204,11 +204,11 @@ func (r *rig) waitSold(ctx context.Context, n int64) {
 func (r *rig) nextCreated(res *driver.Result, t0 time.Time) time.Duration {
 	r.t.Helper()
 	written := map[string]time.Time{}
-	rows, err := r.db.Query("SELECT idempotency_key, created_at FROM orders WHERE sku = ?", r.sku)
+	rows, err := r.db.QueryContext(r.t.Context(), "SELECT idempotency_key, created_at FROM orders WHERE sku = ?", r.sku)
 	if err != nil {
 		r.t.Fatalf("orders of %s: %v", r.sku, err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	for rows.Next() {
 		var key string
 		var at time.Time
@@ -265,13 +265,17 @@ func (r *rig) lockingTrx(ctx context.Context) []string {
 		r.t.Logf("read INNODB_TRX: %v", err)
 		return nil
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	var ids []string
 	for rows.Next() {
 		var id string
 		if rows.Scan(&id) == nil {
 			ids = append(ids, id)
 		}
+	}
+	if err := rows.Err(); err != nil {
+		r.t.Logf("read INNODB_TRX: %v", err)
+		return nil
 	}
 	return ids
 }
@@ -332,7 +336,7 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 				}
 			}
 			if !known { // a guess
-				in = r.fleet.Instances[candidates[rand.IntN(len(candidates))]]
+				in = r.fleet.Instances[candidates[rand.IntN(len(candidates))]] //nolint:gosec // G404: picks a victim, not a secret
 			}
 		}
 		if in == nil {
@@ -360,7 +364,7 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 			if err := in.Signal(syscall.SIGCONT); err != nil {
 				r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
 			}
-			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
 			continue
 		}
 		if notOf[in.Index] == nil {
@@ -373,7 +377,7 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 		if err := in.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
 		}
-		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond)
+		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
 	}
 	r.t.Fatalf("no candidate instance %v was found holding the lock of %s within 40s\n%s", candidates, r.sku, r.fleet.Logs())
 	return nil, time.Time{}
@@ -387,7 +391,7 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 func (r *rig) pauseInTrx(ctx context.Context, candidates ...int) (*fleet.Instance, time.Time) {
 	r.t.Helper()
 	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); {
-		in := r.fleet.Instances[candidates[rand.IntN(len(candidates))]]
+		in := r.fleet.Instances[candidates[rand.IntN(len(candidates))]] //nolint:gosec // G404: picks a victim, not a secret
 		if err := in.Signal(syscall.SIGSTOP); err != nil {
 			r.t.Fatalf("SIGSTOP instance %d: %v", in.Index, err)
 		}
@@ -405,7 +409,7 @@ func (r *rig) pauseInTrx(ctx context.Context, candidates ...int) (*fleet.Instanc
 		if err := in.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
 		}
-		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond)
+		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
 	}
 	r.t.Fatalf("no candidate instance %v was found inside its transaction within 40s\n%s", candidates, r.fleet.Logs())
 	return nil, time.Time{}

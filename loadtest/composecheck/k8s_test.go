@@ -375,7 +375,7 @@ spec:
 `,
 	}
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil { //nolint:gosec // G306: a fixture in the test's own temp dir
 			t.Fatal(err)
 		}
 	}

@@ -113,7 +113,7 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 	defer cancel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "stock")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/stock")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/stock") //nolint:gosec // G204: go build of this repo into the test's temp dir
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/stock: %v\n%s", err, out)
@@ -125,8 +125,9 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 		if err != nil {
 			return
 		}
-		defer db.Close()
-		_, _ = db.Exec("DROP DATABASE IF EXISTS `" + dbName + "`")
+		defer func() { _ = db.Close() }()
+		// A clean-up: the test's context is done by now.
+		_, _ = db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+dbName+"`")
 	})
 	const secret = "composecheck-jwt-secret-0123456789abcdef"
 	const admin = "composecheck-admin"
@@ -159,7 +160,11 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	// exited is closed once serve has exited, with its Wait error in
+	// waitErr: closed, not sent, so both the wait for the addresses and the
+	// clean-up below see it.
+	exited := make(chan struct{})
+	var waitErr error
 	addrs := make(chan [2]string, 1)
 	go func() {
 		var api, metrics string
@@ -178,37 +183,38 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
-		done <- serve.Wait()
+		waitErr = serve.Wait()
+		close(exited)
 	}()
 	t.Cleanup(func() {
 		_ = serve.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(20 * time.Second):
 			_ = serve.Process.Kill()
-			<-done
+			<-exited
 		}
 	})
 	var base, metricsURL string
 	select {
 	case a := <-addrs:
 		base, metricsURL = a[0], a[1]
-	case err := <-done:
-		t.Fatalf("stock serve exited before listening: %v\n%s", err, logs.String())
+	case <-exited:
+		t.Fatalf("stock serve exited before listening: %v\n%s", waitErr, logs.String())
 	case <-ctx.Done():
 		t.Fatalf("stock serve printed no addresses\n%s", logs.String())
 	}
 
 	sku := "composecheck-1"
-	call(t, ctx, "PUT", base+"/v1/admin/stock/"+sku, admin, "", `{"available":5}`, http.StatusOK)
-	call(t, ctx, "POST", base+"/v1/orders", strings.TrimSpace(string(tok)), "order-1", `{"sku":"`+sku+`","quantity":1}`, http.StatusCreated)
+	call(ctx, t, http.MethodPut, base+"/v1/admin/stock/"+sku, admin, "", `{"available":5}`, http.StatusOK)
+	call(ctx, t, http.MethodPost, base+"/v1/orders", strings.TrimSpace(string(tok)), "order-1", `{"sku":"`+sku+`","quantity":1}`, http.StatusCreated)
 
-	req, _ := http.NewRequestWithContext(ctx, "GET", metricsURL, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", metricsURL, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	tp := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := tp.TextToMetricFamilies(resp.Body)
 	if err != nil {
@@ -252,7 +258,7 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 // stockCmd runs the stock binary with env and none of the caller's STOCK_
 // settings, so a developer's shell cannot change what is checked.
 func stockCmd(ctx context.Context, bin string, env map[string]string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...) //nolint:gosec // G204: the stock binary this test built
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "STOCK_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -264,7 +270,7 @@ func stockCmd(ctx context.Context, bin string, env map[string]string, args ...st
 	return cmd
 }
 
-func call(t *testing.T, ctx context.Context, method, url, bearer, key, body string, want int) {
+func call(ctx context.Context, t *testing.T, method, url, bearer, key, body string, want int) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
@@ -279,7 +285,7 @@ func call(t *testing.T, ctx context.Context, method, url, bearer, key, body stri
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != want {
 		t.Fatalf("%s %s = %d %s; want %d", method, url, resp.StatusCode, b, want)

@@ -53,17 +53,17 @@ func tokenize(s string) ([]token, error) {
 	var toks []token
 	for i := 0; i < len(s); {
 		c := s[i]
-		switch {
-		case c == '#':
+		switch c {
+		case '#':
 			for i < len(s) && s[i] != '\n' {
 				i++
 			}
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		case ' ', '\t', '\n', '\r':
 			i++
-		case c == '{' || c == '}' || c == ';':
+		case '{', '}', ';':
 			toks = append(toks, token{text: string(c)})
 			i++
-		case c == '"' || c == '\'':
+		case '"', '\'':
 			j := i + 1
 			var b strings.Builder
 			for ; j < len(s) && s[j] != c; j++ {

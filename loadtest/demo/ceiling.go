@@ -100,7 +100,7 @@ func measureCeiling(ctx context.Context, o options, runID, token string) ([]driv
 		}
 		cfg := base
 		cfg.Name, cfg.Method, cfg.Path, cfg.Want, cfg.Body, cfg.Header = k.Name, k.Method, k.Path, k.Want, k.Body, k.Header
-		fmt.Fprintf(o.logw, "demo: ceiling: %s\n", k.Name)
+		_, _ = fmt.Fprintf(o.logw, "demo: ceiling: %s\n", k.Name)
 		r, err := driver.MeasureRate(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w\n%s", k.Name, err, f.Logs())

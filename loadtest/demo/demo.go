@@ -191,8 +191,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		fmt.Fprintln(o.logw, "demo: building cmd/stock")
+		defer func() { _ = os.RemoveAll(dir) }()
+		_, _ = fmt.Fprintln(o.logw, "demo: building cmd/stock")
 		if o.bin, err = fleet.Build(ctx, o.goTool, dir); err != nil {
 			return err
 		}
@@ -201,7 +201,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if err := os.MkdirAll(o.out, 0o755); err != nil { //nolint:gosec // G301: the report directory, for people to read like the work tree
 		return err
 	}
 	for name, write := range map[string]func(io.Writer, driver.Report) error{
@@ -212,16 +212,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "\nreport: %s, %s\n", filepath.Join(o.out, "report.html"), filepath.Join(o.out, "report.json"))
+	_, _ = fmt.Fprintf(stdout, "\nreport: %s, %s\n", filepath.Join(o.out, "report.html"), filepath.Join(o.out, "report.json"))
 	if o.results != "" {
-		if err := os.MkdirAll(filepath.Dir(o.results), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(o.results), 0o755); err != nil { //nolint:gosec // G301: the results directory of the repo, for people to read
 			return err
 		}
 		commit := driver.Commit(ctx)
 		if err := driver.WriteFile(o.results, func(w io.Writer) error { return driver.WriteMarkdown(w, rep, o.target, commit) }); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "results: %s\n", o.results)
+		_, _ = fmt.Fprintf(stdout, "results: %s\n", o.results)
 	}
 	if !rep.Passed {
 		return errors.New("at least one run did not show what it should (see FAIL, or SHORT in the sell-out, above)")
@@ -240,12 +240,12 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 		if ceiling, err = measureCeiling(ctx, o, runID, token); err != nil {
 			return driver.Report{}, fmt.Errorf("ceiling: %w", err)
 		}
-		fmt.Fprintf(stdout, "\nCeiling: the same %d instances (lock+version), %d connections, %v each\n", o.instances, o.ceiling.concurrency, o.ceiling.duration)
+		_, _ = fmt.Fprintf(stdout, "\nCeiling: the same %d instances (lock+version), %d connections, %v each\n", o.instances, o.ceiling.concurrency, o.ceiling.duration)
 		for _, r := range ceiling {
-			fmt.Fprintln(stdout, "  "+r.String())
+			_, _ = fmt.Fprintln(stdout, "  "+r.String())
 		}
 		for _, line := range ceilingGoals(ceiling) {
-			fmt.Fprintln(stdout, "  "+line)
+			_, _ = fmt.Fprintln(stdout, "  "+line)
 		}
 	}
 	for _, p := range o.phases {
@@ -254,7 +254,7 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 			var prof *profiler
 			if o.profile != "" && p.name == "throughput" && s == "lock+version" {
 				var err error
-				if prof, err = newProfiler(); err != nil {
+				if prof, err = newProfiler(ctx); err != nil {
 					return driver.Report{}, err
 				}
 			}
@@ -270,21 +270,21 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 				if err != nil {
 					return driver.Report{}, fmt.Errorf("profile: %w", err)
 				}
-				fmt.Fprintf(stdout, "profile: %s\n", o.profile)
+				_, _ = fmt.Fprintf(stdout, "profile: %s\n", o.profile)
 			}
 			runs = append(runs, res)
 			if !res.Passed {
-				fmt.Fprintf(o.logw, "demo: %s/%s: %s\n", p.name, s, res.Verdict())
+				_, _ = fmt.Fprintf(o.logw, "demo: %s/%s: %s\n", p.name, s, res.Verdict())
 				driver.WriteSummary(o.logw, res)
 			}
 		}
 		g := goals(runs, p, ceiling)
-		fmt.Fprintf(stdout, "\n%s\n", p.title)
+		_, _ = fmt.Fprintf(stdout, "\n%s\n", p.title)
 		if err := driver.WriteTable(stdout, runs); err != nil {
 			return driver.Report{}, err
 		}
 		for _, line := range g {
-			fmt.Fprintln(stdout, "  "+line)
+			_, _ = fmt.Fprintln(stdout, "  "+line)
 		}
 		sections = append(sections, driver.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs, SafetyOnly: p.safetyOnly})
 	}
@@ -295,7 +295,7 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 			return driver.Report{}, err
 		}
 		exact, _ := gatesSections(gs, o.gates)
-		fmt.Fprintf(stdout, "\nGates: each STOCK_LOCK_BACKEND under lock+version (backstop on), then under lock (backstop off) with its holder paused past the lease\n")
+		_, _ = fmt.Fprintf(stdout, "\nGates: each STOCK_LOCK_BACKEND under lock+version (backstop on), then under lock (backstop off) with its holder paused past the lease\n")
 		if err := writeGatesTable(stdout, gs); err != nil {
 			return driver.Report{}, err
 		}
@@ -304,7 +304,7 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 			if err := writeGatesDoc(ctx, o.gates.doc, o, gs); err != nil {
 				return driver.Report{}, err
 			}
-			fmt.Fprintf(stdout, "gates: %s\n", o.gates.doc)
+			_, _ = fmt.Fprintf(stdout, "gates: %s\n", o.gates.doc)
 		}
 	}
 	title := fmt.Sprintf("seckill demo: %d instances per strategy", o.instances)
@@ -338,7 +338,7 @@ func freshDB(ctx context.Context, o options, name string) (dsn string, drop func
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if err := fleet.DropDatabase(dctx, dsn); err != nil {
-			fmt.Fprintf(o.logw, "demo: drop database: %v\n", err)
+			_, _ = fmt.Fprintf(o.logw, "demo: drop database: %v\n", err)
 		}
 	}
 	return dsn, drop, nil

@@ -46,8 +46,9 @@ const (
 	profileSeconds = 5
 )
 
-func newProfiler() (*profiler, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newProfiler(ctx context.Context) (*profiler, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,7 @@ func (p *profiler) start(ctx context.Context) {
 			p.err <- err
 			return
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, err := io.ReadAll(resp.Body)
 		after, secs := p.cpu(), time.Since(t0).Seconds()
 		for i, g := range p.procs {
@@ -177,15 +178,15 @@ var showingRE = regexp.MustCompile(`Showing nodes accounting for [^,]+, ([0-9.]+
 // in, the shares of profileShares, and pprof's top functions.
 func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte, res *driver.Result, ceiling []driver.RateResult) error {
 	dir := filepath.Dir(o.profile)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: the profile document's directory, for people to read
 		return err
 	}
 	pb := strings.TrimSuffix(o.profile, filepath.Ext(o.profile)) + ".pb.gz"
-	if err := os.WriteFile(pb, profile, 0o644); err != nil {
+	if err := os.WriteFile(pb, profile, 0o644); err != nil { //nolint:gosec // G306: the raw profile beside its document, for people to read
 		return err
 	}
 	pprof := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, o.goTool, append([]string{"tool", "pprof"}, append(args, pb)...)...)
+		cmd := exec.CommandContext(ctx, o.goTool, append([]string{"tool", "pprof"}, append(args, pb)...)...) //nolint:gosec // G204: the go tool on the profile the demo wrote
 		var out, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &stderr
 		if err := cmd.Run(); err != nil {
@@ -241,7 +242,7 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 		return err
 	}
 	fmt.Fprintf(&b, "\n## Top functions by cumulative time\n\n```\n%s```\n\n## Top functions by own time\n\n```\n%s```\n", cum, flat)
-	return os.WriteFile(o.profile, []byte(b.String()), 0o644)
+	return os.WriteFile(o.profile, []byte(b.String()), 0o644) //nolint:gosec // G306: a document of the repo, for people to read
 }
 
 // cpuPercent turns pprof's total ("1.23s", "850ms") into a share of one

@@ -33,7 +33,7 @@ import (
 // Build builds cmd/stock into dir with goTool ("go") and returns the binary's path.
 func Build(ctx context.Context, goTool, dir string) (string, error) {
 	bin := filepath.Join(dir, "stock")
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", bin, "github.com/seckill/stock/cmd/stock")
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", bin, "github.com/seckill/stock/cmd/stock") //nolint:gosec // G204: the caller's go tool building this module
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/stock: %w\n%s", err, out)
 	}
@@ -42,7 +42,7 @@ func Build(ctx context.Context, goTool, dir string) (string, error) {
 
 // JWTSecret is the STOCK_JWT_SECRET of every instance a fleet starts; the
 // load driver signs its buyers' tokens with it (driver.Config.JWTSecret).
-const JWTSecret = "load-test-jwt-secret-not-for-production"
+const JWTSecret = "load-test-jwt-secret-not-for-production" //nolint:gosec // G101: the load test's own secret, named so, not a credential
 
 // serviceEnv is the environment of a stock process: ours, minus any STOCK_
 // setting of the caller's, plus the given ones.
@@ -103,7 +103,7 @@ func DropDatabase(ctx context.Context, dsn string) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	_, err = db.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`")
 	return err
 }
@@ -187,7 +187,7 @@ func (w *listenWriter) Write(p []byte) (int, error) {
 // Start starts cfg.N instances on free ports (STOCK_HTTP_ADDR=127.0.0.1:0)
 // and waits until each prints its address. On error it stops those it started.
 func Start(ctx context.Context, cfg Config) (*Fleet, error) {
-	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil { //nolint:gosec // G301: the instances' logs, for people to read like the work tree
 		return nil, err
 	}
 	f := &Fleet{}
@@ -245,26 +245,26 @@ func (in *Instance) start(ctx context.Context, again bool) error {
 		env["STOCK_HTTP_ADDR"] = u.Host
 		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
 	}
-	logf, err := os.OpenFile(in.LogPath, flags, 0o644)
+	logf, err := os.OpenFile(in.LogPath, flags, 0o644) //nolint:gosec // G302: an instance log, for people to read like the work tree
 	if err != nil {
 		return err
 	}
 	p := &proc{log: logf, done: make(chan struct{})}
 	lw := &listenWriter{found: make(chan string, 1)}
-	// Not CommandContext: an instance is stopped with SIGTERM by Stop, and
+	// Without ctx's cancel: an instance is stopped with SIGTERM by Stop, and
 	// a cancelled ctx must not SIGKILL it before its peak RSS is read.
-	p.cmd = exec.Command(in.bin, "serve")
+	p.cmd = exec.CommandContext(context.WithoutCancel(ctx), in.bin, "serve") //nolint:gosec // G204: the binary Build made
 	p.cmd.Env = serviceEnv(env)
 	p.cmd.Stdout = lw
 	p.cmd.Stderr = logf
 	p.cmd.SysProcAttr = sysProcAttr()
 	if err := p.cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close()
 		return fmt.Errorf("start %s: %w", in.bin, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
-		p.log.Close()
+		_ = p.log.Close()
 		close(p.done)
 	}()
 	in.mu.Lock()
@@ -279,7 +279,10 @@ func (in *Instance) start(ctx context.Context, again bool) error {
 		}
 		return nil
 	case <-p.done:
-		return fmt.Errorf("instance %d (%s) exited before listening: %v\n%s", in.Index, in.label, p.err, Tail(in.LogPath))
+		if p.err == nil {
+			return fmt.Errorf("instance %d (%s) exited with status 0 before listening\n%s", in.Index, in.label, Tail(in.LogPath))
+		}
+		return fmt.Errorf("instance %d (%s) exited before listening: %w\n%s", in.Index, in.label, p.err, Tail(in.LogPath))
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -414,7 +417,7 @@ func (f *Fleet) Logs() string {
 
 // Tail returns the last ~2 KiB of a file.
 func Tail(path string) string {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the caller's file, by design (an instance's log)
 	if err != nil {
 		return err.Error()
 	}

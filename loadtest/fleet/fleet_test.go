@@ -15,13 +15,17 @@ import (
 )
 
 // get answers the status of GET url, or 0 when nothing answered in time.
-func get(url string, timeout time.Duration) int {
+func get(ctx context.Context, url string, timeout time.Duration) int {
 	c := http.Client{Timeout: timeout}
-	resp, err := c.Get(url)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0
 	}
-	resp.Body.Close()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
 	return resp.StatusCode
 }
 
@@ -47,7 +51,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	t.Cleanup(func() { f.Stop() })
 	in := f.Instances[0]
 	health := in.URL + "/healthz"
-	if got := get(health, 5*time.Second); got != http.StatusOK {
+	if got := get(ctx, health, 5*time.Second); got != http.StatusOK {
 		t.Fatalf("GET %s = %d; want 200", health, got)
 	}
 	if err := in.Signal(syscall.SIGSTOP); err != nil {
@@ -60,13 +64,13 @@ func TestInstanceLifecycle(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := get(health, 300*time.Millisecond); got != 0 {
+	if got := get(ctx, health, 300*time.Millisecond); got != 0 {
 		t.Errorf("GET %s of a paused instance = %d; want no answer", health, got)
 	}
 	if err := in.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(health, 5*time.Second); got != http.StatusOK {
+	if got := get(ctx, health, 5*time.Second); got != http.StatusOK {
 		t.Errorf("GET %s after SIGCONT = %d; want 200", health, got)
 	}
 	if code := in.ExitCode(); code != -2 {
@@ -83,7 +87,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	if in.URL != url {
 		t.Errorf("Restart moved the instance from %s to %s", url, in.URL)
 	}
-	if got := get(health, 5*time.Second); got != http.StatusOK {
+	if got := get(ctx, health, 5*time.Second); got != http.StatusOK {
 		t.Errorf("GET %s after Restart = %d; want 200", health, got)
 	}
 	if rss := in.PeakRSS(); rss <= 0 && runtime.GOOS == "linux" {

@@ -26,17 +26,19 @@ type Redis struct {
 // StartRedis starts redis-server with its files in dir and waits until it
 // answers PING. The server dies with this process (Linux).
 func StartRedis(ctx context.Context, dir string) (*Redis, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: the server's files and log, in a directory the caller chose
 		return nil, err
 	}
 	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+	// Without ctx's cancel: the server lives until Kill, which the caller owns.
+	r.cmd = exec.CommandContext(context.WithoutCancel(ctx), "redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", //nolint:gosec // G204: redis-server on our own port and directory
 		"--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
 	r.cmd.SysProcAttr = sysProcAttr()
 	if err := r.cmd.Start(); err != nil {
@@ -44,7 +46,7 @@ func StartRedis(ctx context.Context, dir string) (*Redis, error) {
 	}
 	go func() { _ = r.cmd.Wait(); close(r.done) }()
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		err := c.Ping(pctx).Err()
@@ -63,7 +65,7 @@ func StartRedis(ctx context.Context, dir string) (*Redis, error) {
 // Commands returns the server's total_commands_processed (INFO stats).
 func (r *Redis) Commands(ctx context.Context) (int64, error) {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	info, err := c.Info(ctx, "stats").Result()
 	if err != nil {
 		return 0, err
