@@ -146,11 +146,11 @@ func (m manifests) env(t testing.TB, c corev1.Container) map[string]string {
 	return out
 }
 
-// stockVariables are the settings cmd/stock reads (its config.go), so a
+// stockVariables are the settings the server reads (internal/app/config.go), so a
 // misspelt variable in a ConfigMap cannot pass unnoticed.
 func stockVariables(t testing.TB) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "cmd", "stock", "config.go"))
+	b, err := os.ReadFile(filepath.Join(root, "internal", "app", "config.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func stockVariables(t testing.TB) map[string]bool {
 		vars[m[1]] = true
 	}
 	if len(vars) < 10 {
-		t.Fatalf("found only %d STOCK_ variables in cmd/stock/config.go", len(vars))
+		t.Fatalf("found only %d STOCK_ variables in internal/app/config.go", len(vars))
 	}
 	return vars
 }
