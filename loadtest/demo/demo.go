@@ -72,6 +72,47 @@ type ceilingOpts struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.bin == "" {
+		dir, err := os.MkdirTemp("", "stock-demo-")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = os.RemoveAll(dir) }()
+		_, _ = fmt.Fprintln(o.logw, "demo: building cmd/stock")
+		if o.bin, err = fleet.Build(ctx, o.goTool, dir); err != nil {
+			return err
+		}
+	}
+	rep, err := demo(ctx, o, stdout)
+	if err != nil {
+		return err
+	}
+	if err := writeReports(ctx, o, rep, stdout); err != nil {
+		return err
+	}
+	if !rep.Passed {
+		return errors.New("at least one run did not show what it should (see FAIL, or SHORT in the sell-out, above)")
+	}
+	return nil
+}
+
+// phaseFlags are the flags that choosePhases turns into o's phases.
+type phaseFlags struct {
+	strats, phases, backends *string
+	tpRateLimit              *bool
+	gates                    gatesOpts
+	ceil                     ceilingOpts
+	sell, tp                 phase
+}
+
+// parseOptions reads the flags into the demo's options.
+func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -79,10 +120,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
 		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, gates")
 		backends   = fs.String("backends", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Backends(), ","))
-		gates      = gatesOpts{}
-		ceil       = ceilingOpts{}
-		sell       = phase{name: "sellout"}
-		tp         = phase{name: "throughput"}
+		pf         = phaseFlags{strats: strats, phases: phases, backends: backends, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
+		gates      = &pf.gates
+		ceil       = &pf.ceil
+		sell       = &pf.sell
+		tp         = &pf.tp
 		quiet      = fs.Bool("q", false, "no progress lines")
 		defaultOut = filepath.Join("loadtest", "report")
 	)
@@ -107,7 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
 	fs.DurationVar(&tp.duration, "tp-duration", time.Minute, "throughput: cap on each run's buying phase")
 	fs.Int64Var(&tp.limit, "tp-limit", 0, "throughput: the SKU's per-buyer limit in units (0: none), to measure what enforcing it costs")
-	tpRateLimit := fs.Bool("tp-rate-limit", false, "throughput: run the instances with the sell-out's per-IP rate limit (default: without, like the ceiling's instances)")
+	pf.tpRateLimit = fs.Bool("tp-rate-limit", false, "throughput: run the instances with the sell-out's per-IP rate limit (default: without, like the ceiling's instances)")
 	fs.StringVar(&o.profile, "profile", "", "write a CPU profile of one lock+version instance in the throughput phase to this markdown file (and the raw profile beside it)")
 	fs.IntVar(&ceil.concurrency, "ceiling-concurrency", 240, "ceiling: concurrent connections")
 	fs.DurationVar(&ceil.duration, "ceiling-duration", 5*time.Second, "ceiling: measured time of each request kind (after 1s of warm-up)")
@@ -116,13 +158,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Int64Var(&gates.pauseStock, "gates-pause-stock", 200, "gates: units of the pause run (twice as many buyers, 20 concurrent)")
 	fs.StringVar(&gates.doc, "gates-doc", "", "gates: also write the comparison as a markdown document here")
 	if err := fs.Parse(args[1:]); err != nil {
-		return err
+		return o, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	list := splitList(*strats)
-	if *strats == "all" {
+	if err := o.choosePhases(&pf); err != nil {
+		return o, err
+	}
+	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil {
+		return o, errors.New("nothing to run: -strategies and -phases must not be empty")
+	}
+	if o.instances < 1 || o.instances > 16 {
+		return o, fmt.Errorf("-instances %d: want 1..16", o.instances)
+	}
+	o.logw = stderr
+	if *quiet {
+		o.logw = io.Discard
+	}
+
+	return o, nil
+}
+
+// choosePhases sets o's strategies and phases from the flags.
+func (o *options) choosePhases(pf *phaseFlags) error {
+	sell, tp, gates := &pf.sell, &pf.tp, &pf.gates
+	list := splitList(*pf.strats)
+	if *pf.strats == "all" {
 		list = strategies
 	}
 	for _, s := range list {
@@ -131,10 +193,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		o.strategies = append(o.strategies, s)
 	}
-	for _, p := range splitList(*phases) {
+	for _, p := range splitList(*pf.phases) {
 		switch p {
 		case "ceiling":
-			o.ceiling = &ceil
+			o.ceiling = &pf.ceil
 		case "sellout":
 			sell.title = fmt.Sprintf("Sell-out: %d units, %d buyers x %d, %d concurrent, %d instances",
 				sell.stock, sell.buyers, sell.quantity, sell.concurrency, o.instances)
@@ -143,7 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				"The per-IP rate limit is on (%s/s, burst %s), each buyer its own address.",
 				demoGreedyEvery, demoGreedyBuyers, 2*sell.quantity, demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
 			sell.greedy, sell.limit, sell.env = demoGreedyEvery, int64(2*sell.quantity), demoEnv
-			o.phases = append(o.phases, sell)
+			o.phases = append(o.phases, *sell)
 		case "throughput":
 			tp.title = fmt.Sprintf("Throughput: %d units, %d buyers x %d, %d concurrent, %d instances",
 				tp.stock, tp.buyers, tp.quantity, tp.concurrency, o.instances)
@@ -151,16 +213,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				"Runs here must be safe; SHORT means buyers gave up (retries spent, or the cap hit) and is a finding about speed, not safety."
 			tp.safetyOnly = true
 			tp.env = unlimitedEnv()
-			if *tpRateLimit {
+			if *pf.tpRateLimit {
 				tp.env = demoEnv
 				tp.note += fmt.Sprintf(" The per-IP rate limit is on (%s/s, burst %s).", demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
 			} else {
 				tp.note += " The instances run as the ceiling's do, without the per-IP rate limit, so orders/s compares with their /healthz rate; the ceiling's two sold-out floods show what the limit costs per request."
 			}
-			o.phases = append(o.phases, tp)
+			o.phases = append(o.phases, *tp)
 		case "gates":
-			gates.backends = splitList(*backends)
-			if *backends == "all" {
+			gates.backends = splitList(*pf.backends)
+			if *pf.backends == "all" {
 				gates.backends = skulock.Backends()
 			}
 			for _, b := range gates.backends {
@@ -168,39 +230,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return fmt.Errorf("-backends: unknown backend %q; want some of %s", b, strings.Join(skulock.Backends(), ","))
 				}
 			}
-			o.gates = &gates
+			o.gates = &pf.gates
 		default:
 			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, gates", p)
 		}
 	}
-	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil {
-		return errors.New("nothing to run: -strategies and -phases must not be empty")
-	}
-	if o.instances < 1 || o.instances > 16 {
-		return fmt.Errorf("-instances %d: want 1..16", o.instances)
-	}
-	o.logw = stderr
-	if *quiet {
-		o.logw = io.Discard
-	}
+	return nil
+}
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if o.bin == "" {
-		dir, err := os.MkdirTemp("", "stock-demo-")
-		if err != nil {
-			return err
-		}
-		defer func() { _ = os.RemoveAll(dir) }()
-		_, _ = fmt.Fprintln(o.logw, "demo: building cmd/stock")
-		if o.bin, err = fleet.Build(ctx, o.goTool, dir); err != nil {
-			return err
-		}
-	}
-	rep, err := demo(ctx, o, stdout)
-	if err != nil {
-		return err
-	}
+// writeReports writes the JSON and HTML reports, and the Markdown results
+// file if asked.
+func writeReports(ctx context.Context, o options, rep driver.Report, stdout io.Writer) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil { //nolint:gosec // G301: the report directory, for people to read like the work tree
 		return err
 	}
@@ -222,9 +262,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		_, _ = fmt.Fprintf(stdout, "results: %s\n", o.results)
-	}
-	if !rep.Passed {
-		return errors.New("at least one run did not show what it should (see FAIL, or SHORT in the sell-out, above)")
 	}
 	return nil
 }
