@@ -10,14 +10,15 @@ import (
 )
 
 // Commit is the repository's commit for the headers of generated results:
-// the short hash, with "-dirty" when the work tree has changes, or "unknown".
+// the short hash, with "-dirty" when the work tree has changes outside
+// docs/ (where the results themselves are written), or "unknown".
 func Commit(ctx context.Context) string {
 	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown"
 	}
 	c := strings.TrimSpace(string(out))
-	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
 		c += "-dirty"
 	}
 	return c
