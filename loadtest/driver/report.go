@@ -171,6 +171,11 @@ func (res *Result) outcome(c Check) int {
 	return 3
 }
 
+// outcomeMark names outcome(c) for the reports.
+func (res *Result) outcomeMark(c Check) string {
+	return [...]string{"ok", "broken, as expected", "short (buyers gave up)", "FAIL"}[res.outcome(c)]
+}
+
 func compact(m map[string]float64) string {
 	var parts []string
 	for _, k := range sortedKeys(m) {
@@ -219,18 +224,13 @@ svg text{font:11px system-ui,sans-serif}.small{color:#666;font-size:12px}details
 		if rep.CeilingNote != "" {
 			fmt.Fprintf(&b, "<p>%s</p>\n", e(rep.CeilingNote))
 		}
-		b.WriteString("<table><tr><th>request</th><th>per second</th><th>x /healthz</th><th>p50 ms</th><th>p99 ms</th><th>requests</th><th>statuses</th><th>MySQL statements per request</th></tr>\n")
-		h := rep.Ceiling[0].PerSec
-		for _, r := range rep.Ceiling {
-			ratio, mysql := "-", "-"
-			if h > 0 {
-				ratio = fmt.Sprintf("%.3f", r.PerSec/h)
+		head, rows := ceilingRows(rep.Ceiling)
+		b.WriteString("<table><tr><th>" + strings.Join(head, "</th><th>") + "</th></tr>\n")
+		for _, row := range rows {
+			for i := range row {
+				row[i] = e(row[i])
 			}
-			if r.MySQLPerRequest >= 0 {
-				mysql = fmt.Sprintf("%.3f", r.MySQLPerRequest)
-			}
-			fmt.Fprintf(&b, "<tr><td>%s</td><td>%.0f</td><td>%s</td><td>%.1f</td><td>%.1f</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
-				e(r.Name), r.PerSec, ratio, r.Latency.P50, r.Latency.P99, r.Requests, e(fmt.Sprint(r.Statuses)), mysql)
+			b.WriteString("<tr><td>" + strings.Join(row, "</td><td>") + "</td></tr>\n")
 		}
 		b.WriteString("</table>\n")
 	}
@@ -251,7 +251,7 @@ svg text{font:11px system-ui,sans-serif}.small{color:#666;font-size:12px}details
 			fmt.Fprintf(&b, "<details><summary><b>%s</b>: <span class=%s>%s</span> (sku %s)</summary><ul>\n",
 				e(r.Label), r.Verdict(), r.Verdict(), e(r.SKU))
 			for _, c := range r.Checks {
-				mark := [...]string{"ok", "broken, as expected", "short (buyers gave up)", "FAIL"}[r.outcome(c)]
+				mark := r.outcomeMark(c)
 				fmt.Fprintf(&b, "<li>%s: %s", e(mark), e(c.Name))
 				if !c.OK {
 					fmt.Fprintf(&b, " <span class=small>(%s)</span>", e(c.Detail))
