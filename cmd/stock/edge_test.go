@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -14,13 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/seckill/stock/internal/app"
+	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -54,28 +53,10 @@ func TestMySQLStartupErrorsSayWhatToDo(t *testing.T) {
 	}
 }
 
-// lockedWriter is an io.Writer safe for the server's goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // startedLog is started with the server's log captured.
-func startedLog(t *testing.T, vars map[string]string) (string, *lockedWriter) {
+func startedLog(t *testing.T, vars map[string]string) (string, *apptest.LogBuffer) {
 	t.Helper()
-	log := &lockedWriter{}
+	log := &apptest.LogBuffer{}
 	vars["STOCK_HTTP_ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()

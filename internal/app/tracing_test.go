@@ -1,8 +1,6 @@
 package app_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -38,47 +36,18 @@ const (
 	callerParent = "00-" + callerTrace + "-" + callerSpan + "-01"
 )
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log records written so far.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // accessLine waits for the access log line of route with the given status.
-func accessLine(t *testing.T, logs *syncBuffer, route string, status int) map[string]any {
+func accessLine(t *testing.T, logs *apptest.LogBuffer, route string, status int) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		for _, l := range logs.lines(t) {
+		for _, l := range logs.Records(t) {
 			if l["msg"] == "request" && l["route"] == route && l["status"] == float64(status) {
 				return l
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no access log line of %s %d in %d lines", route, status, len(logs.lines(t)))
+			t.Fatalf("no access log line of %s %d in %d lines", route, status, len(logs.Records(t)))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -86,11 +55,11 @@ func accessLine(t *testing.T, logs *syncBuffer, route string, status int) map[st
 
 // newServer starts a server over a database of its own with a debug-level
 // JSON log (so 2xx requests are logged too), traced by tp when it is set.
-func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *syncBuffer) {
+func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *apptest.LogBuffer) {
 	t.Helper()
 	cfg := apptest.Config(apptest.Database(t))
 	cfg.LogLevel = slog.LevelDebug
-	logs := &syncBuffer{}
+	logs := &apptest.LogBuffer{}
 	var opts []app.Option
 	if tp != nil {
 		opts = append(opts, app.WithTracerProvider(tp))
@@ -371,7 +340,7 @@ func TestTracingOff(t *testing.T) {
 		t.Fatalf("POST order = %d; want 201", st)
 	}
 	accessLine(t, logs, "/v1/orders", http.StatusCreated)
-	for _, l := range logs.lines(t) {
+	for _, l := range logs.Records(t) {
 		if _, ok := l["trace_id"]; ok {
 			t.Errorf("log line %v has a trace_id with tracing off", l)
 		}

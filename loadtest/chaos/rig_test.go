@@ -260,20 +260,8 @@ func (r *rig) lockFields(ctx context.Context) []string {
 
 // lockingTrx returns the ids of the InnoDB transactions holding row locks.
 func (r *rig) lockingTrx(ctx context.Context) []string {
-	rows, err := r.db.QueryContext(ctx, "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_rows_locked > 0")
+	ids, err := driver.LockingTransactions(ctx, r.db)
 	if err != nil {
-		r.t.Logf("read INNODB_TRX: %v", err)
-		return nil
-	}
-	defer func() { _ = rows.Close() }()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if rows.Scan(&id) == nil {
-			ids = append(ids, id)
-		}
-	}
-	if err := rows.Err(); err != nil {
 		r.t.Logf("read INNODB_TRX: %v", err)
 		return nil
 	}

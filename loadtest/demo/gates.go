@@ -220,19 +220,8 @@ func pauseInTrx(ctx context.Context, db *sql.DB, f *fleet.Fleet, sku string) (*f
 		return n
 	}
 	trx := func() []string {
-		rows, err := db.QueryContext(ctx, "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_rows_locked > 0")
+		ids, err := driver.LockingTransactions(ctx, db)
 		if err != nil {
-			return nil
-		}
-		defer func() { _ = rows.Close() }()
-		var ids []string
-		for rows.Next() {
-			var id string
-			if rows.Scan(&id) == nil {
-				ids = append(ids, id)
-			}
-		}
-		if rows.Err() != nil {
 			return nil // as an unread table: no transaction seen holding
 		}
 		return ids

@@ -353,3 +353,22 @@ func checkOrderRows(res *Result, cfg Config, byKey map[string][]orderRow) {
 	res.check("mysql: every order of this run has its sku and quantity", wrongQ == 0, false,
 		"%d orders with another sku or quantity", wrongQ)
 }
+
+// LockingTransactions returns the ids of the InnoDB transactions holding
+// row locks on db's server (the fault runs land a pause or a kill inside one).
+func LockingTransactions(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_rows_locked > 0")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
