@@ -172,14 +172,14 @@ func (s *Service) runBatch(sku string, batch []*call) {
 // or cancellation). Tracing off: that context and a no-op span.
 func (s *Service) batchSpan(sku string, batch []*call) (context.Context, trace.Span) {
 	first := batch[0].ctx
-	if s.tracer == nil {
+	if s.cfg.Tracer == nil {
 		if len(batch) == 1 {
 			return first, noSpan
 		}
 		return context.Background(), noSpan
 	}
 	if len(batch) == 1 {
-		return s.tracer.Start(first, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(1)))
+		return s.cfg.Tracer.Start(first, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(1)))
 	}
 	var links []trace.Link
 	for _, c := range batch[1:] {
@@ -188,7 +188,7 @@ func (s *Service) batchSpan(sku string, batch []*call) (context.Context, trace.S
 		}
 	}
 	parent := trace.ContextWithSpan(context.Background(), trace.SpanFromContext(first))
-	bctx, span := s.tracer.Start(parent, "stock.batch", trace.WithLinks(links...),
+	bctx, span := s.cfg.Tracer.Start(parent, "stock.batch", trace.WithLinks(links...),
 		trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(len(batch))))
 	if span.IsRecording() {
 		link := trace.Link{SpanContext: span.SpanContext()}

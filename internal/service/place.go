@@ -116,7 +116,7 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
 	switch s.cfg.Strategy {
 	case StrategyNone, StrategyConditional, StrategyForUpdate:
-		d.Write = s.cfg.Strategy.Info().Write
+		d.Write = s.info.Write
 		o, err = s.deductNow(ctx, d)
 	case StrategyVersion:
 		d.Write = WriteVersioned

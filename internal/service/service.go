@@ -70,7 +70,7 @@ type Service struct {
 	locks   Locker
 	log     *slog.Logger
 	metrics *metrics.Metrics
-	tracer  trace.Tracer // nil: off
+	info    StrategyInfo // cfg.Strategy's row of the strategy table
 
 	lines   *lines
 	flights flights
@@ -100,7 +100,7 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, tracer: cfg.Tracer,
+	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, info: cfg.Strategy.Info(),
 		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
 	if cfg.SoldOutTTL > 0 {
 		s.soldOut = newSoldOut(cfg.SoldOutTTL)
@@ -108,4 +108,4 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 	return s
 }
 
-func (s *Service) usesLock() bool { return s.cfg.Strategy.Info().UsesLock }
+func (s *Service) usesLock() bool { return s.info.UsesLock }

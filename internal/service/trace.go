@@ -41,16 +41,16 @@ var writeNames = [...]string{WritePlain: "plain", WriteVersioned: "versioned", W
 // span starts a child span of ctx's span, or returns ctx and a no-op span
 // when tracing is off.
 func (s *Service) span(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if s.tracer == nil {
+	if s.cfg.Tracer == nil {
 		return ctx, noSpan
 	}
-	return s.tracer.Start(ctx, name, opts...)
+	return s.cfg.Tracer.Start(ctx, name, opts...)
 }
 
 // withSpan puts span in ctx, so work started on ctx (a context of its own,
 // such as a batch's) is traced under it; ctx itself when tracing is off.
 func (s *Service) withSpan(ctx context.Context, span trace.Span) context.Context {
-	if s.tracer == nil {
+	if s.cfg.Tracer == nil {
 		return ctx
 	}
 	return trace.ContextWithSpan(ctx, span)
