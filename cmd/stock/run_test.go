@@ -18,7 +18,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
@@ -58,46 +57,6 @@ func env(m map[string]string) func(string) string {
 			return v
 		}
 		return testJWTSecret
-	}
-}
-
-func TestConfigErrorsNameTheVariable(t *testing.T) {
-	for _, c := range []struct{ name, value string }{
-		{"STOCK_STRATEGY", "optimistic"},
-		{"STOCK_STRATEGY", "none"}, // unsafe without STOCK_ALLOW_UNSAFE
-		{"STOCK_STRATEGY", "lock"},
-		{"STOCK_LOCK_WAIT", "soon"},
-		{"STOCK_LOCK_WAIT", "-1s"},
-		{"STOCK_LOCK_LEASE", "10"},
-		{"STOCK_LOCK_WATCHDOG", "1ms"},
-		{"STOCK_LOCK_WATCHDOG", "0"},
-		{"STOCK_ON_REDIS_DOWN", "panic"},
-		{"STOCK_LOG_LEVEL", "loud"},
-		{"STOCK_LOG_FORMAT", "xml"},
-		{"STOCK_REDIS_DB", "x"},
-		{"STOCK_REDIS_DB", "-1"},
-		{"STOCK_ALLOW_UNSAFE", "maybe"},
-		{"STOCK_REDIS_ADDRS", "a:1,,b:2"},
-		{"STOCK_MAX_QUANTITY", "0"},
-	} {
-		_, err := app.ParseEnv(env(map[string]string{c.name: c.value}))
-		if err == nil || !strings.Contains(err.Error(), c.name) {
-			t.Errorf("app.ParseEnv(%s=%q) = %v; want an error naming %s", c.name, c.value, err, c.name)
-		}
-	}
-	cfg, err := app.ParseEnv(env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.HTTPAddr != ":8080" || cfg.Strategy != "lock+version" || cfg.LockWait != 2*time.Second || cfg.LockLease != 0 ||
-		cfg.LockWatchdog != 30*time.Second || cfg.RejectOnRedis || cfg.RedisAddrs[0] != "127.0.0.1:6379" ||
-		cfg.MySQLDSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.LogJSON {
-		t.Fatalf("defaults = %+v; want the README's documented defaults", cfg)
-	}
-	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
-		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2"}))
-	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" {
-		t.Fatalf("parseConfig = %+v, %v", cfg, err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"slices"
@@ -8,6 +8,51 @@ import (
 
 	"github.com/seckill/stock/internal/app"
 )
+
+// env is an environment of only m's variables.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	for _, c := range []struct{ name, value string }{
+		{"STOCK_STRATEGY", "optimistic"},
+		{"STOCK_STRATEGY", "none"}, // unsafe without STOCK_ALLOW_UNSAFE
+		{"STOCK_STRATEGY", "lock"},
+		{"STOCK_LOCK_WAIT", "soon"},
+		{"STOCK_LOCK_WAIT", "-1s"},
+		{"STOCK_LOCK_LEASE", "10"},
+		{"STOCK_LOCK_WATCHDOG", "1ms"},
+		{"STOCK_LOCK_WATCHDOG", "0"},
+		{"STOCK_ON_REDIS_DOWN", "panic"},
+		{"STOCK_LOG_LEVEL", "loud"},
+		{"STOCK_LOG_FORMAT", "xml"},
+		{"STOCK_REDIS_DB", "x"},
+		{"STOCK_REDIS_DB", "-1"},
+		{"STOCK_ALLOW_UNSAFE", "maybe"},
+		{"STOCK_REDIS_ADDRS", "a:1,,b:2"},
+		{"STOCK_MAX_QUANTITY", "0"},
+	} {
+		_, err := app.ParseEnv(env(map[string]string{c.name: c.value}))
+		if err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("app.ParseEnv(%s=%q) = %v; want an error naming %s", c.name, c.value, err, c.name)
+		}
+	}
+	cfg, err := app.ParseEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPAddr != ":8080" || cfg.Strategy != "lock+version" || cfg.LockWait != 2*time.Second || cfg.LockLease != 0 ||
+		cfg.LockWatchdog != 30*time.Second || cfg.RejectOnRedis || cfg.RedisAddrs[0] != "127.0.0.1:6379" ||
+		cfg.MySQLDSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.LogJSON {
+		t.Fatalf("defaults = %+v; want the README's documented defaults", cfg)
+	}
+	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
+		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2"}))
+	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" {
+		t.Fatalf("app.ParseEnv = %+v, %v", cfg, err)
+	}
+}
 
 // STOCK_LOCK_BACKEND picks the gate; redlock needs an odd number (>= 3) of
 // masters in STOCK_REDLOCK_ADDRS; bad values fail naming the variable.
