@@ -53,19 +53,16 @@ type Options struct {
 	ConnMaxLife  time.Duration // default 5m
 }
 
-// Open connects to MySQL with dsn (go-sql-driver format). It returns an error
-// wrapping service.ErrUnavailable when the server does not answer.
-func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
+// DriverConfig is dsn's driver configuration as every pool of this service
+// uses it: one round trip per statement (the driver interpolates arguments,
+// escaping them, instead of PREPARE + EXECUTE + CLOSE; gorm's own statement
+// cache, PrepareStmt, would also start a goroutine per Open that never
+// stops), and dial, read and write timeouts unless dsn sets them.
+func DriverConfig(dsn string) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("repo: bad MySQL DSN: %w", err)
 	}
-	cfg.ParseTime = true
-	cfg.Loc = time.UTC
-	// One round trip per statement: the driver interpolates arguments
-	// (escaping them) instead of PREPARE + EXECUTE + CLOSE. gorm's own
-	// statement cache (PrepareStmt) would also start a goroutine per Open that
-	// never stops.
 	cfg.InterpolateParams = true
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 3 * time.Second
@@ -76,6 +73,18 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	return cfg, nil
+}
+
+// Open connects to MySQL with dsn (go-sql-driver format). It returns an error
+// wrapping service.ErrUnavailable when the server does not answer.
+func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
+	cfg, err := DriverConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
 	db, err := gorm.Open(gormmysql.New(gormmysql.Config{DSNConfig: cfg}), &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -44,22 +45,12 @@ func NewDBTable(db *sql.DB, lease time.Duration, lost func()) *DBTable {
 	return l
 }
 
-// openDB opens a small pool on dsn for the lock statements, one round trip
-// each (arguments interpolated, as the repo does).
+// openDB opens a small pool on dsn for the lock statements, configured as
+// the store's (repo.DriverConfig).
 func openDB(dsn string, conns int) (*sql.DB, error) {
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := repo.DriverConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("skulock: bad MySQL DSN: %w", err)
-	}
-	cfg.InterpolateParams = true
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 3 * time.Second
-	}
-	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = 5 * time.Second
-	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = 5 * time.Second
+		return nil, fmt.Errorf("skulock: %w", err)
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
