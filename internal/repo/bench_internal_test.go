@@ -79,20 +79,25 @@ func deductAll(ctx context.Context, s *Store, bt service.Batch) error {
 	return nil
 }
 
-// takenSQL is the (buyer, key) pairs among buyers x keys that already have
-// an order. The rows are closed before it returns, on every path, so the
-// transaction's connection is free for the next statement.
-func takenSQL(ctx context.Context, tx *sql.Tx, buyers, keys []any) (map[buyerKey]bool, error) {
-	in := strings.TrimSuffix(strings.Repeat("?,", len(buyers)), ",")
-	rows, err := tx.QueryContext(ctx, "SELECT buyer, idempotency_key FROM orders WHERE buyer IN ("+in+") AND idempotency_key IN ("+in+")", append(buyers, keys...)...) //nolint:gosec // G202: only "?" placeholders are concatenated; the values are arguments
+// takenSQL is the (buyer, key) pairs of keys that already have an order,
+// read as ordersOfKeys does. The rows are closed before it returns, on
+// every path, so the transaction's connection is free for the next
+// statement.
+func takenSQL(ctx context.Context, tx *sql.Tx, keys []service.BuyerKey) (map[service.BuyerKey]bool, error) {
+	in := strings.TrimSuffix(strings.Repeat("(?,?),", len(keys)), ",")
+	args := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		args = append(args, k.Buyer, k.Key)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT buyer, idempotency_key FROM orders WHERE (buyer, idempotency_key) IN ("+in+")", args...) //nolint:gosec // G202: only "?" placeholders are concatenated; the values are arguments
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	taken := map[buyerKey]bool{}
+	taken := map[service.BuyerKey]bool{}
 	for rows.Next() {
-		var k buyerKey
-		if err := rows.Scan(&k.buyer, &k.key); err != nil {
+		var k service.BuyerKey
+		if err := rows.Scan(&k.Buyer, &k.Key); err != nil {
 			return nil, err
 		}
 		taken[k] = true
@@ -114,11 +119,11 @@ func batchSQL(ctx context.Context, s *Store, b service.Batch) error {
 	if err := tx.QueryRowContext(ctx, "SELECT available, version FROM stock WHERE sku = ?", b.SKU).Scan(&available, &version); err != nil {
 		return err
 	}
-	buyers, keys := make([]any, len(b.Items)), make([]any, len(b.Items))
+	keys := make([]service.BuyerKey, len(b.Items))
 	for i, it := range b.Items {
-		buyers[i], keys[i] = it.Buyer, it.Key
+		keys[i] = service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
 	}
-	taken, err := takenSQL(ctx, tx, buyers, keys)
+	taken, err := takenSQL(ctx, tx, keys)
 	if err != nil {
 		return err
 	}
@@ -127,7 +132,7 @@ func batchSQL(ctx context.Context, s *Store, b service.Batch) error {
 	var args []any
 	total := int64(0)
 	for _, it := range b.Items {
-		if taken[buyerKey{it.Buyer, it.Key}] || total+int64(it.Quantity) > available {
+		if taken[service.BuyerKey{Buyer: it.Buyer, Key: it.Key}] || total+int64(it.Quantity) > available {
 			return fmt.Errorf("batchSQL: item %s not placeable", it.Key)
 		}
 		if ins.Len() > 0 {

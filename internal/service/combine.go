@@ -70,8 +70,9 @@ func (s *Service) placeAlone(ctx context.Context, d Deduction) (Order, error) {
 	return c.o, c.err
 }
 
-// runBatch places a batch under the SKU lock in one transaction: lock
-// first, then read, insert, versioned UPDATE, COMMIT.
+// runBatch places a batch under the SKU lock in one transaction: the
+// batch's keys read first, then the lock, then the stock read, the inserts,
+// the versioned UPDATE and COMMIT.
 func (s *Service) runBatch(sku string, batch []*call) {
 	s.metrics.Batch(len(batch))
 	// The batch's span is a child of its first order's, linked to the
@@ -104,6 +105,13 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		return
 	}
 
+	keysChecked := false
+	if len(batch) > 1 {
+		if batch, keysChecked = s.answerReplays(bctx, batch); len(batch) == 0 {
+			return
+		}
+	}
+
 	// A batch of many requests waits on its own bounded context (bctx): no
 	// single client's cancellation may stop it. A batch of one waits on its
 	// client's.
@@ -120,7 +128,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	}
 	defer s.releaseLock(lctx, h)
 
-	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
+	b := Batch{SKU: sku, Fence: h.Fence(), KeysChecked: keysChecked, Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
 		b.Items[i] = BatchItem{Buyer: c.d.Buyer, Key: c.d.Key, RequestHash: c.d.RequestHash, Quantity: c.d.Quantity}
 	}
@@ -163,6 +171,36 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 		return
 	}
+}
+
+// answerReplays reads the batch's keys before the lock is taken (one read,
+// outside the critical section, which then holds only the writes) and
+// answers those that have an order already with ErrDuplicateKey, which
+// Place turns into the replay of that order. It returns the calls left to
+// place and whether the read succeeded, so the store need not read the keys
+// again; when it fails, the batch is left whole and the store reads them
+// itself, under the lock.
+func (s *Service) answerReplays(ctx context.Context, batch []*call) ([]*call, bool) {
+	keys := make([]BuyerKey, len(batch))
+	for i, c := range batch {
+		keys[i] = BuyerKey{Buyer: c.d.Buyer, Key: c.d.Key}
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	taken, err := s.store.KeysTaken(rctx, keys)
+	if err != nil {
+		return batch, false
+	}
+	rest := make([]*call, 0, len(batch))
+	for i, c := range batch {
+		if taken[i] {
+			c.err = ErrDuplicateKey
+			close(c.done)
+			continue
+		}
+		rest = append(rest, c)
+	}
+	return rest, true
 }
 
 // batchSpan starts the span of a batch: a child of the first order's span,

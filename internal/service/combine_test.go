@@ -157,3 +157,60 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 		t.Fatalf("audit = %+v; want 3 orders", a)
 	}
 }
+
+// The batch's keys are read before the lock: a replay in the line gets its
+// order back without being written again, the rest go into the batch, and a
+// batch of replays only does not take the lock at all.
+func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t, service.Config{BatchMax: 64})
+	u.setStock(t, u.sku, 100, 0)
+	first := u.place(t, "b1", "placed", u.sku, 2)
+	reqs := []service.PlaceRequest{
+		{Buyer: "b2", Key: "k1", SKU: u.sku, Quantity: 1},
+		{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
+		{Buyer: "b3", Key: "k2", SKU: u.sku, Quantity: 1},
+	}
+	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-lead; p.err != nil {
+		t.Fatal(p.err)
+	}
+	for i, ch := range waiting {
+		p := <-ch
+		switch {
+		case p.err != nil:
+			t.Fatalf("order %d = %v", i, p.err)
+		case i == 1 && (!p.replayed || p.o.ID != first.ID):
+			t.Fatalf("the replay = %+v, replayed %v; want order %d back", p.o, p.replayed, first.ID)
+		case i != 1 && p.replayed:
+			t.Fatalf("order %d was answered as a replay", i)
+		}
+	}
+	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("batch sizes %v; want [1 2]: the leader, then the line without its replay", got)
+	}
+
+	// A line of replays only: answered from the read, no lock taken.
+	h, lead, waiting = u.lineUp(t, background(2), []service.PlaceRequest{reqs[0], reqs[2]})
+	calls := u.locks.Calls()
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-lead; p.err != nil {
+		t.Fatal(p.err)
+	}
+	for i, ch := range waiting {
+		if p := <-ch; p.err != nil || !p.replayed {
+			t.Fatalf("replay %d = %+v, %v; want its order back", i, p.o, p.err)
+		}
+	}
+	if got := u.locks.Calls(); got != calls {
+		t.Fatalf("%d more lock calls for a line of replays; want none", got-calls)
+	}
+	if a := u.audit(t); !a.Consistent || a.Orders != 4 { // placed, lead, k1, k2
+		t.Fatalf("audit = %+v; want consistent with 4 orders", a)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 )
 
@@ -14,12 +13,22 @@ import (
 // sold-out fast path, the pre-check, the strategy's write, and the answer to a
 // replay, a sold-out or a duplicate.
 
-var (
-	tokenRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-)
-
-// ValidKey reports whether s is a valid Idempotency-Key or SKU: 1-64 of [A-Za-z0-9._:-].
-func ValidKey(s string) bool { return tokenRE.MatchString(s) }
+// ValidKey reports whether s is a valid Idempotency-Key or SKU: 1-64 of
+// [A-Za-z0-9._:-]. (A byte loop: every order checks two, and a regexp
+// match costs about ten times as much.)
+func ValidKey(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for i := range len(s) {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // PlaceRequest is one order request.
 type PlaceRequest struct {

@@ -124,6 +124,12 @@ type Batch struct {
 	SKU   string
 	Items []BatchItem
 	Fence int64
+	// KeysChecked says the caller read the items' keys with
+	// Store.KeysTaken after it formed the batch, and left out those that
+	// have an order: the store need not read them again. A key inserted
+	// since (a replay racing its first attempt) is still caught by the
+	// unique key and answered ErrDuplicateKey.
+	KeysChecked bool
 	// BeforeCommit runs before COMMIT; an error rolls everything back.
 	BeforeCommit func() error
 }
@@ -148,6 +154,8 @@ type Store interface {
 	Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error)
 	// Stock returns the stock row, or ErrUnknownSKU.
 	Stock(ctx context.Context, sku string) (Stock, error)
+	// KeysTaken reports, per key, whether it has an order, in one read.
+	KeysTaken(ctx context.Context, keys []BuyerKey) ([]bool, error)
 	// Precheck returns the stock row and the buyer's order of key, if any,
 	// read in one snapshot; ErrUnknownSKU for an unknown SKU.
 	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)

@@ -130,12 +130,20 @@ func putStock(ctx context.Context, url, token, sku string, n int) error {
 
 // rateOf is the per-second rate of the named measurement, 0 if absent.
 func rateOf(rs []driver.RateResult, name string) float64 {
-	for _, r := range rs {
-		if r.Name == name {
-			return r.PerSec
-		}
+	if r := ceilingRow(rs, name); r != nil {
+		return r.PerSec
 	}
 	return 0
+}
+
+// ceilingRow is the ceiling measurement called name, or nil.
+func ceilingRow(rs []driver.RateResult, name string) *driver.RateResult {
+	for i := range rs {
+		if rs[i].Name == name {
+			return &rs[i]
+		}
+	}
+	return nil
 }
 
 // ceilingGoals states the sold-out goal: 409s at >= 0.5x the /healthz

@@ -40,6 +40,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"BeforeCommit", contractBeforeCommit},
 		{"Batch", contractBatch},
 		{"BatchOfOne", contractBatchOfOne},
+		{"KeysChecked", contractKeysChecked},
 		{"SoldOutKeys", contractSoldOutKeys},
 		{"Precheck", contractPrecheck},
 		{"SnapshotReads", contractSnapshotReads},
@@ -514,6 +515,53 @@ func contractBatch(t *testing.T, s ContractStore) {
 	}
 	if a := consistent(t, s, "B"); a.Orders != 4 || s.LedgerRows(t, "B") != 5 {
 		t.Fatalf("audit = %+v, ledger rows %d; want 4 orders and 5 rows", a, s.LedgerRows(t, "B"))
+	}
+}
+
+// KeysTaken tells which keys have an order (per buyer); a batch marked
+// KeysChecked skips the store's own read of the keys, yet a key that got an
+// order since the caller's read (a replay racing its first attempt) is still
+// refused, alone, and the rest placed.
+func contractKeysChecked(t *testing.T, s ContractStore) {
+	ctx := context.Background()
+	mustSetStock(t, s, "KC", 10, 0)
+	if _, err := s.Deduct(ctx, deduction("b1", "old", "KC", 1, service.WriteConditional)); err != nil {
+		t.Fatal(err)
+	}
+	keys := []service.BuyerKey{{Buyer: "b1", Key: "old"}, {Buyer: "b1", Key: "new"}, {Buyer: "b2", Key: "old"}, {Buyer: "b1", Key: "old"}}
+	taken, err := s.KeysTaken(ctx, keys)
+	if err != nil || !slices.Equal(taken, []bool{true, false, false, true}) {
+		t.Fatalf("KeysTaken(%v) = %v, %v; want [true false false true]: keys are per buyer", keys, taken, err)
+	}
+	if taken, err := s.KeysTaken(ctx, nil); err != nil || len(taken) != 0 {
+		t.Fatalf("KeysTaken(none) = %v, %v; want nothing", taken, err)
+	}
+	before := mustStock(t, s, "KC")
+	items := []service.BatchItem{
+		{Buyer: "b1", Key: "n1", RequestHash: "h1", Quantity: 2},
+		{Buyer: "b1", Key: "old", RequestHash: "hash-old", Quantity: 1}, // ordered since the caller's read
+		{Buyer: "b2", Key: "n2", RequestHash: "h2", Quantity: 3},
+		{Buyer: "b2", Key: "n2", RequestHash: "h2", Quantity: 1}, // twice in the batch
+	}
+	orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "KC", Items: items, Fence: 5, KeysChecked: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []error{nil, service.ErrDuplicateKey, nil, service.ErrDuplicateKey}
+	for i, it := range items {
+		if (want[i] == nil) != (errs[i] == nil) || !errors.Is(errs[i], want[i]) {
+			t.Fatalf("item %d (%s/%s x%d) = %v; want %v", i, it.Buyer, it.Key, it.Quantity, errs[i], want[i])
+		}
+		if errs[i] == nil && (orders[i].ID <= 0 || orders[i].Key != it.Key || orders[i].Quantity != it.Quantity) {
+			t.Fatalf("item %d order = %s; want the item's", i, fmtOrder(orders[i]))
+		}
+	}
+	after := mustStock(t, s, "KC")
+	if after.Available != 4 || after.Sold != 6 || after.Version <= before.Version {
+		t.Fatalf("stock after the batch = %+v; want 4 available, 6 sold, a new version", after)
+	}
+	if a := consistent(t, s, "KC"); a.Orders != 3 {
+		t.Fatalf("audit = %+v; want 3 orders", a)
 	}
 }
 

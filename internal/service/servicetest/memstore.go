@@ -190,6 +190,20 @@ func (m *MemStore) OrderByKey(ctx context.Context, buyer, key string) (service.O
 	return cloneOrder(m.orders[id]), nil
 }
 
+// KeysTaken reports, per key, whether it has a committed order.
+func (m *MemStore) KeysTaken(ctx context.Context, keys []service.BuyerKey) ([]bool, error) {
+	if err := ctxErr(ctx, "read keys"); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	taken := make([]bool, len(keys))
+	for i, k := range keys {
+		_, taken[i] = m.byKey[k]
+	}
+	return taken, nil
+}
+
 // Order returns an order by id, or service.ErrOrderNotFound.
 func (m *MemStore) Order(ctx context.Context, id int64) (service.Order, error) {
 	if err := ctxErr(ctx, "find order"); err != nil {
