@@ -75,9 +75,11 @@ compose-check:
 ## demo-throughput: the ceiling and the throughput run only
 ## demo-gates: the gates phase alone: each STOCK_LOCK_BACKEND (DEMO_BACKENDS) with the backstop on, then
 ## without it under a pause; writes docs/results/gates.md
+## demo-wrk: /healthz and lock+version orders on one hot SKU measured with wrk (apt-get install -y wrk), a load
+## generator far cheaper per request than the Go driver; checks the sale in MySQL; writes docs/results/wrk.md
 ## profile: the ceiling and a longer lock+version throughput run with a CPU profile of one
 ## instance and the machine's CPU by process; writes docs/profile.md (and docs/profile.pb.gz)
-.PHONY: demo-throughput demo-gates profile
+.PHONY: demo-throughput demo-gates demo-wrk profile
 # all: every strategy of the service's one table (internal/service/strategy.go)
 DEMO_STRATEGIES ?= all
 DEMO_STOCK ?= 1000
@@ -98,6 +100,8 @@ demo-throughput: build
 	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput -results docs/results/demo-throughput.md -target demo-throughput
 demo-gates: build
 	$(GO) run ./loadtest/demo $(demo_args) -phases gates -gates-doc docs/results/gates.md -target demo-gates
+demo-wrk: build
+	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -phases wrk -out loadtest/report -wrk-doc docs/results/wrk.md -target demo-wrk $(DEMO_FLAGS)
 profile: build
 	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -tp-buyers 60000 \
 		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)

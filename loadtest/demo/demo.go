@@ -63,6 +63,7 @@ type options struct {
 	ceiling    *ceilingOpts // nil: no ceiling phase
 	profile    string       // if set, the throughput phase's lock+version run writes a CPU profile document here
 	gates      *gatesOpts   // nil: no gates phase
+	wrk        *wrkOptions  // nil: no wrk phase
 }
 
 // ceilingOpts sizes the ceiling phase.
@@ -108,6 +109,7 @@ type phaseFlags struct {
 	tpRateLimit              *bool
 	gates                    gatesOpts
 	ceil                     ceilingOpts
+	wrk                      wrkOptions
 	sell, tp                 phase
 }
 
@@ -157,6 +159,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&gates.concurrency, "gates-concurrency", 200, "gates: concurrent buyers of the exact run")
 	fs.Int64Var(&gates.pauseStock, "gates-pause-stock", 200, "gates: units of the pause run (twice as many buyers, 20 concurrent)")
 	fs.StringVar(&gates.doc, "gates-doc", "", "gates: also write the comparison as a markdown document here")
+	fs.IntVar(&pf.wrk.connections, "wrk-connections", 201, "wrk: connections in all, split over the instances")
+	fs.DurationVar(&pf.wrk.duration, "wrk-duration", 10*time.Second, "wrk: duration of each request kind (whole seconds)")
+	fs.StringVar(&pf.wrk.doc, "wrk-doc", "", "wrk: also write the results as a markdown document here")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
 	}
@@ -166,7 +171,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if err := o.choosePhases(&pf); err != nil {
 		return o, err
 	}
-	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil {
+	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil && o.wrk == nil {
 		return o, errors.New("nothing to run: -strategies and -phases must not be empty")
 	}
 	if o.instances < 1 || o.instances > 16 {
@@ -231,8 +236,10 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 				}
 			}
 			o.gates = &pf.gates
+		case "wrk":
+			o.wrk = &pf.wrk
 		default:
-			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, gates", p)
+			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, gates, wrk", p)
 		}
 	}
 	return nil
@@ -342,6 +349,11 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 				return driver.Report{}, err
 			}
 			_, _ = fmt.Fprintf(stdout, "gates: %s\n", o.gates.doc)
+		}
+	}
+	if o.wrk != nil {
+		if err := runWrkPhase(ctx, o, runID, token, stdout); err != nil {
+			return driver.Report{}, fmt.Errorf("wrk: %w", err)
 		}
 	}
 	title := fmt.Sprintf("seckill demo: %d instances per strategy", o.instances)

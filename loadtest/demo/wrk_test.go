@@ -1,0 +1,78 @@
+package main
+
+import (
+	"maps"
+	"strings"
+	"testing"
+)
+
+// A real wrk --latency output, with the script's status line and socket
+// errors added as wrk prints them.
+const wrkSample = `Running 10s test @ http://127.0.0.1:18081
+  1 threads and 67 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    40.03ms   10.15ms  83.41ms   69.65%
+    Req/Sec     1.65k   320.89     2.62k    68.00%
+  Latency Distribution
+     50%   40.40ms
+     75%   46.49ms
+     90%   52.12ms
+     99%    1.02s
+  16508 requests in 10.07s, 5.51MB read
+  Socket errors: connect 0, read 0, write 0, timeout 3
+  Non-2xx or 3xx responses: 7
+Requests/sec:   1640.02
+Transfer/sec:    561.01KB
+STATUSES 201=16501 409=7
+`
+
+func TestParseWrk(t *testing.T) {
+	r, err := parseWrk([]byte(wrkSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.perSec != 1640.02 || r.p50 != 40.4 || r.p99 != 1020 {
+		t.Fatalf("rate %v, p50 %v ms, p99 %v ms; want 1640.02, 40.4, 1020", r.perSec, r.p50, r.p99)
+	}
+	if want := map[int]int64{201: 16501, 409: 7}; !maps.Equal(r.statuses, want) {
+		t.Fatalf("statuses %v; want %v", r.statuses, want)
+	}
+	if !strings.Contains(r.errors, "timeout 3") || !strings.Contains(r.errors, "non-2xx: 7") {
+		t.Fatalf("errors %q; want the socket errors and the non-2xx count", r.errors)
+	}
+	if _, err := parseWrk([]byte("unable to connect to 127.0.0.1:1 Connection refused")); err == nil {
+		t.Fatal("parseWrk of a failed run: no error")
+	}
+}
+
+// The sale's check fails on an oversell, an inconsistent audit, a 201 that
+// MySQL does not hold, or more orders than 201s and those in flight.
+func TestWrkGoals(t *testing.T) {
+	good := func() wrkResult {
+		return wrkResult{
+			instances: 3, conns: 10,
+			healthz:    wrkRun{perSec: 10000, p99: 20},
+			orders:     wrkRun{perSec: 2500, p99: 40, statuses: map[int]int64{201: 100}},
+			warmOrders: 20, dbOrders: 125,
+			audit: map[string]any{"consistent": true, "oversold": 0.0, "sold": 125.0},
+		}
+	}
+	lines, ok := good().goals()
+	if !ok || !strings.HasPrefix(lines[0], "PASS") || !strings.Contains(strings.Join(lines, "\n"), "0.250x, MET") {
+		t.Fatalf("a good run: %v, %q", ok, lines)
+	}
+	for name, spoil := range map[string]func(r *wrkResult){
+		"oversold":             func(r *wrkResult) { r.audit["oversold"] = 1.0 },
+		"inconsistent":         func(r *wrkResult) { r.audit["consistent"] = false },
+		"a 201 not in MySQL":   func(r *wrkResult) { r.dbOrders, r.audit["sold"] = 119, 119.0 },
+		"orders beyond flight": func(r *wrkResult) { r.dbOrders, r.audit["sold"] = 141, 141.0 },
+		"sold != orders":       func(r *wrkResult) { r.audit["sold"] = 124.0 },
+		"no 201 at all":        func(r *wrkResult) { r.orders.statuses, r.warmOrders, r.dbOrders, r.audit["sold"] = nil, 0, 0, 0.0 },
+	} {
+		r := good()
+		spoil(&r)
+		if lines, ok := r.goals(); ok || !strings.HasPrefix(lines[0], "FAIL") {
+			t.Errorf("%s: passed: %q", name, lines[0])
+		}
+	}
+}
