@@ -13,8 +13,8 @@ import (
 )
 
 // DeductBatch places several orders of one SKU in one transaction: it reads
-// the stock row and which of the batch's keys have an order already (one
-// query each), fills the orders in order while stock lasts, inserts them in
+// the stock row and, unless the caller did (b.KeysChecked), which of the
+// batch's keys have an order already (one query each), fills the orders in order while stock lasts, inserts them in
 // one statement, reads their ids back in one, writes their ledger rows in
 // one, and ends with one versioned UPDATE by the total: a handful of round
 // trips whatever the batch size. It returns per item the order, or

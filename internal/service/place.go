@@ -172,10 +172,10 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 }
 
 // batchesCheck reports whether the order skips the pre-check read and goes
-// straight to the line: under combined lock+version the batch reads the
-// stock row and the batch's keys itself (one read for up to BatchMax
-// orders instead of one each), a key with an order comes back as a
-// duplicate and is answered as a replay, and sold-out traffic is kept out
+// straight to the line: under combined lock+version the batch reads its
+// keys itself before the lock, and the stock row under it (one read each
+// for up to BatchMax orders instead of one per order), a key with an order
+// is answered as a replay, and sold-out traffic is kept out
 // of the line by the sold-out fast path, learnt from the first sold-out
 // answer. Without the fast path the pre-check keeps sold-out traffic out.
 func (s *Service) batchesCheck() bool {
