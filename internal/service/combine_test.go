@@ -30,6 +30,17 @@ func (u *unit) lineUp(t *testing.T, ctxs []context.Context, reqs []service.Place
 	return h, lead, out
 }
 
+// release ends the hold lineUp took and waits for the leader's own order.
+func (u *unit) release(t *testing.T, h *servicetest.Hold, lead <-chan placed) {
+	t.Helper()
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-lead; p.err != nil {
+		t.Fatal(p.err)
+	}
+}
+
 func background(n int) []context.Context {
 	out := make([]context.Context, n)
 	for i := range out {
@@ -49,12 +60,7 @@ func TestCombinerBatchesTheLine(t *testing.T) {
 		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: 1 + i%3})
 	}
 	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
-	if err := h.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if p := <-lead; p.err != nil {
-		t.Fatal(p.err)
-	}
+	u.release(t, h, lead)
 	var fence int64
 	ids := map[int64]bool{}
 	for i, ch := range waiting {
@@ -92,12 +98,7 @@ func TestCombinerSellsOutMidBatch(t *testing.T) {
 		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: q})
 	}
 	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
-	if err := h.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if p := <-lead; p.err != nil {
-		t.Fatal(p.err)
-	}
+	u.release(t, h, lead)
 	for i, ch := range waiting {
 		p := <-ch
 		if wantPlaced[i] != (p.err == nil) || !wantPlaced[i] && !errors.Is(p.err, service.ErrSoldOut) {
@@ -172,12 +173,7 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 		{Buyer: "b3", Key: "k2", SKU: u.sku, Quantity: 1},
 	}
 	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
-	if err := h.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if p := <-lead; p.err != nil {
-		t.Fatal(p.err)
-	}
+	u.release(t, h, lead)
 	for i, ch := range waiting {
 		p := <-ch
 		switch {
@@ -196,12 +192,7 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	// A line of replays only: answered from the read, no lock taken.
 	h, lead, waiting = u.lineUp(t, background(2), []service.PlaceRequest{reqs[0], reqs[2]})
 	calls := u.locks.Calls()
-	if err := h.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if p := <-lead; p.err != nil {
-		t.Fatal(p.err)
-	}
+	u.release(t, h, lead)
 	for i, ch := range waiting {
 		if p := <-ch; p.err != nil || !p.replayed {
 			t.Fatalf("replay %d = %+v, %v; want its order back", i, p.o, p.err)
