@@ -74,7 +74,6 @@ func (s *Service) placeAlone(ctx context.Context, d Deduction) (Order, error) {
 // batch's keys read first, then the lock, then the stock read, the inserts,
 // the versioned UPDATE and COMMIT.
 func (s *Service) runBatch(sku string, batch []*call) {
-	s.metrics.Batch(len(batch))
 	// The batch's span is a child of its first order's, linked to the
 	// others' (and they to it), so each order's trace shows the batch that
 	// placed it.
@@ -101,6 +100,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 	}
 	if s.skipLock() {
+		s.metrics.Batch(len(batch))
 		each(func(c *call) (Order, error) { return s.placeWithoutRedis(c.ctx, c.d, nil) })
 		return
 	}
@@ -112,6 +112,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 	}
 
+	s.metrics.Batch(len(batch)) // the orders that go under the lock, replays answered left out
 	// A batch of many requests waits on its own bounded context (bctx): no
 	// single client's cancellation may stop it. A batch of one waits on its
 	// client's.

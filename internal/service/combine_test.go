@@ -201,7 +201,29 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	if got := u.locks.Calls(); got != calls {
 		t.Fatalf("%d more lock calls for a line of replays; want none", got-calls)
 	}
+	// stock_lock_batch_orders counts what went under the lock: the two
+	// leaders' 1 each and the first line's 2, not its replay nor the second
+	// line.
+	if n, sum := batchOrders(t, u); n != 3 || sum != 4 {
+		t.Fatalf("stock_lock_batch_orders: %d batches of %v orders; want 3 of 4", n, sum)
+	}
 	if a := u.audit(t); !a.Consistent || a.Orders != 4 { // placed, lead, k1, k2
 		t.Fatalf("audit = %+v; want consistent with 4 orders", a)
 	}
+}
+
+// batchOrders reads the stock_lock_batch_orders histogram: its count and sum.
+func batchOrders(t *testing.T, u *unit) (uint64, float64) {
+	t.Helper()
+	mfs, err := u.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "stock_lock_batch_orders" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, 0
 }
