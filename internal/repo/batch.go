@@ -27,13 +27,21 @@ import (
 // statement's rows consecutive ids (see Store.consecutiveIDs), and are read
 // back by (buyer, key) otherwise. When another instance inserts one of the keys between the read and the
 // INSERT (a replay racing its first attempt), the statement fails as a
-// whole; the batch is then placed again order by order, in a new
-// transaction, where only that order is skipped.
+// whole; the batch is then placed again in a new transaction: with its own
+// key read if the caller's (KeysChecked) was the stale one, and order by
+// order, where only that order is skipped, if that races too.
 func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	if len(b.Items) == 1 { // one INSERT either way: skip the key read and the id read
 		return s.deductBatchRows(ctx, b)
 	}
 	orders, errs, err := s.deductBatchFast(ctx, b)
+	if errors.Is(err, errKeyRace) && b.KeysChecked {
+		// The caller's read came before the lock: a retry whose first
+		// attempt committed while this batch waited. Read the keys here,
+		// under the lock, where such a race is all but impossible.
+		b.KeysChecked = false
+		orders, errs, err = s.deductBatchFast(ctx, b)
+	}
 	if errors.Is(err, errKeyRace) {
 		return s.deductBatchRows(ctx, b)
 	}

@@ -112,7 +112,6 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 	}
 
-	s.metrics.Batch(len(batch)) // the orders that go under the lock, replays answered left out
 	// A batch of many requests waits on its own bounded context (bctx): no
 	// single client's cancellation may stop it. A batch of one waits on its
 	// client's.
@@ -128,6 +127,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		return
 	}
 	defer s.releaseLock(lctx, h)
+	s.metrics.Batch(len(batch)) // the orders this hold serves (replays answered before it left out)
 
 	b := Batch{SKU: sku, Fence: h.Fence(), KeysChecked: keysChecked, Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
@@ -186,10 +186,13 @@ func (s *Service) answerReplays(ctx context.Context, batch []*call) ([]*call, bo
 	for i, c := range batch {
 		keys[i] = BuyerKey{Buyer: c.d.Buyer, Key: c.d.Key}
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	// Bounded by LockWait: the read is part of the wait before the write
+	// (whose own bound starts after the lock), and only saves work.
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
 	defer cancel()
 	taken, err := s.store.KeysTaken(rctx, keys)
 	if err != nil {
+		s.log.WarnContext(ctx, "reading the batch's keys before the lock failed; the batch reads them under it", "err", err)
 		return batch, false
 	}
 	rest := make([]*call, 0, len(batch))

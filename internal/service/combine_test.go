@@ -188,6 +188,9 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 2}) {
 		t.Fatalf("batch sizes %v; want [1 2]: the leader, then the line without its replay", got)
 	}
+	if got := u.store.Stats().KeysChecked; !slices.Equal(got, []bool{false, true}) {
+		t.Fatalf("KeysChecked per batch %v; want [false true]: a batch of one reads nothing first", got)
+	}
 
 	// A line of replays only: answered from the read, no lock taken.
 	h, lead, waiting = u.lineUp(t, background(2), []service.PlaceRequest{reqs[0], reqs[2]})
@@ -226,4 +229,30 @@ func batchOrders(t *testing.T, u *unit) (uint64, float64) {
 		}
 	}
 	return 0, 0
+}
+
+// When the read before the lock fails, the batch is placed whole and the
+// store reads the keys itself: a replay still gets its order back.
+func TestCombinerKeysReadFails(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t, service.Config{BatchMax: 64})
+	u.setStock(t, u.sku, 100, 0)
+	first := u.place(t, "b1", "placed", u.sku, 2)
+	u.store.FailKeysTaken(errors.New("read refused"))
+	reqs := []service.PlaceRequest{
+		{Buyer: "b2", Key: "k1", SKU: u.sku, Quantity: 1},
+		{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
+	}
+	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
+	u.release(t, h, lead)
+	for i, ch := range waiting {
+		p := <-ch
+		if p.err != nil || (i == 1) != p.replayed || i == 1 && p.o.ID != first.ID {
+			t.Fatalf("order %d = %+v, replayed %v, %v; want the replay's order back, the other placed", i, p.o, p.replayed, p.err)
+		}
+	}
+	st := u.store.Stats()
+	if !slices.Equal(st.BatchSizes, []int{1, 2}) || !slices.Equal(st.KeysChecked, []bool{false, false}) {
+		t.Fatalf("batches %v, KeysChecked %v; want [1 2] and [false false]: the whole line, keys read by the store", st.BatchSizes, st.KeysChecked)
+	}
 }

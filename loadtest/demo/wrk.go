@@ -144,6 +144,7 @@ func measureWrk(ctx context.Context, o options, runID, token string) (wrkResult,
 		return res, err
 	}
 	per := max(1, w.connections/len(urls))
+	res.conns = per * len(urls)
 	_, _ = fmt.Fprintf(o.logw, "demo: wrk: GET /healthz\n")
 	if res.healthz, err = runWrk(ctx, "GET /healthz", urls, "/healthz", per, w.duration, nil, nil); err != nil {
 		return res, err
@@ -326,8 +327,11 @@ func (r wrkResult) goals() (lines []string, passed bool) {
 		return "NOT MET"
 	}
 	if h := r.healthz.perSec; h > 0 {
-		ratio := r.orders.perSec / h
-		lines = append(lines, fmt.Sprintf("goal lock+version >= 0.2x the /healthz rate (both by wrk): %.0f vs %.0f/s = %.3fx, %s.", r.orders.perSec, h, ratio, met(ratio >= 0.2)))
+		// Orders placed per second: the measured run's 201s, not wrk's
+		// rate of every answer (a fast 429 or 503 would count there).
+		placed := float64(r.orders.statuses[http.StatusCreated]) / r.duration.Seconds()
+		ratio := placed / h
+		lines = append(lines, fmt.Sprintf("goal lock+version >= 0.2x the /healthz rate (both by wrk): %.0f orders placed/s vs %.0f/s = %.3fx, %s.", placed, h, ratio, met(ratio >= 0.2)))
 	}
 	lines = append(lines, fmt.Sprintf("goal p99 < 50 ms at %d connections: %.1f ms (the largest of the %d wrk processes'; /healthz's: %.1f ms), %s.",
 		r.conns, r.orders.p99, r.instances, r.healthz.p99, met(r.orders.p99 < 50)))

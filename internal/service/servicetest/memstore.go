@@ -49,6 +49,7 @@ type MemStore struct {
 
 	conflicts int
 	failures  []error
+	keysErr   error // KeysTaken's answer while set (FailKeysTaken)
 	afterRead func(sku string)
 	stats     Stats
 }
@@ -68,9 +69,10 @@ type ledgerEntry struct {
 // Stats counts the writes a MemStore was asked for, rolled back ones
 // included.
 type Stats struct {
-	Deducts    map[service.Write]int // Deduct calls by Write mode
-	BatchSizes []int                 // the item count of each DeductBatch call, in call order
-	SetStocks  int
+	Deducts     map[service.Write]int // Deduct calls by Write mode
+	BatchSizes  []int                 // the item count of each DeductBatch call, in call order
+	KeysChecked []bool                // each DeductBatch call's Batch.KeysChecked, in call order
+	SetStocks   int
 }
 
 // NewMemStore returns an empty MemStore.
@@ -125,7 +127,8 @@ func (m *MemStore) AfterRead(f func(sku string)) {
 func (m *MemStore) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{Deducts: make(map[service.Write]int, len(m.stats.Deducts)), BatchSizes: slices.Clone(m.stats.BatchSizes), SetStocks: m.stats.SetStocks}
+	s := Stats{Deducts: make(map[service.Write]int, len(m.stats.Deducts)), BatchSizes: slices.Clone(m.stats.BatchSizes),
+		KeysChecked: slices.Clone(m.stats.KeysChecked), SetStocks: m.stats.SetStocks}
 	for w, n := range m.stats.Deducts {
 		s.Deducts[w] = n
 	}
@@ -190,6 +193,13 @@ func (m *MemStore) OrderByKey(ctx context.Context, buyer, key string) (service.O
 	return cloneOrder(m.orders[id]), nil
 }
 
+// FailKeysTaken makes KeysTaken return err (nil: answer again).
+func (m *MemStore) FailKeysTaken(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.keysErr = err
+}
+
 // KeysTaken reports, per key, whether it has a committed order.
 func (m *MemStore) KeysTaken(ctx context.Context, keys []service.BuyerKey) ([]bool, error) {
 	if err := ctxErr(ctx, "read keys"); err != nil {
@@ -197,6 +207,9 @@ func (m *MemStore) KeysTaken(ctx context.Context, keys []service.BuyerKey) ([]bo
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.keysErr != nil {
+		return nil, m.keysErr
+	}
 	taken := make([]bool, len(keys))
 	for i, k := range keys {
 		_, taken[i] = m.byKey[k]
@@ -610,6 +623,7 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	}
 	m.mu.Lock()
 	m.stats.BatchSizes = append(m.stats.BatchSizes, len(b.Items))
+	m.stats.KeysChecked = append(m.stats.KeysChecked, b.KeysChecked)
 	err := m.injected(true)
 	m.mu.Unlock()
 	if err != nil {
