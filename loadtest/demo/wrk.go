@@ -170,8 +170,16 @@ func measureWrk(ctx context.Context, o options, runID, token string) (wrkResult,
 	for _, in := range f.Instances {
 		res.peakRSS = append(res.peakRSS, in.PeakRSS())
 	}
-	if res.dbOrders, err = countOrders(ctx, dsn, sku); err != nil {
-		return res, err
+	// Orders wrk stopped waiting for are still being placed: count once
+	// the count has stopped moving, then audit.
+	for deadline, last := time.Now().Add(10*time.Second), int64(-1); ; last = res.dbOrders {
+		if res.dbOrders, err = countOrders(ctx, dsn, sku); err != nil {
+			return res, err
+		}
+		if res.dbOrders == last || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	if res.audit, err = getAudit(ctx, urls[0], token, sku); err != nil {
 		return res, err
