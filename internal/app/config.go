@@ -71,6 +71,7 @@ type Config struct {
 	JWTPublicKeyFile string
 	JWTIssuer        string
 	JWTAudience      string
+	JWTCacheSize     int // verified tokens remembered per instance (0: off)
 	// CriticalDelay pauses inside the critical section, before COMMIT. For
 	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
 	CriticalDelay time.Duration
@@ -134,6 +135,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		JWTPublicKeyFile:  p.str("STOCK_JWT_PUBLIC_KEY_FILE", ""),
 		JWTIssuer:         p.str("STOCK_JWT_ISSUER", ""),
 		JWTAudience:       p.str("STOCK_JWT_AUDIENCE", ""),
+		JWTCacheSize:      p.integer("STOCK_JWT_CACHE_SIZE", 50_000, 0, 10_000_000),
 	}
 	c.LockBackend = p.str("STOCK_LOCK_BACKEND", skulock.BackendRedisson)
 	if !skulock.ValidBackend(c.LockBackend) {

@@ -7,10 +7,12 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -33,12 +35,21 @@ type Config struct {
 	Issuer    string           // required iss, if set
 	Audience  string           // required in aud, if set
 	Leeway    time.Duration    // clock skew allowed on exp, nbf and iat (default 30s)
+	// CacheSize bounds the verified tokens remembered (0: none). A token
+	// seen again within its validity skips the parse and the signature
+	// check: a buyer's retries and polls, and with EdDSA or RS256 most of a
+	// request's CPU. Entries are keyed by the SHA-256 of the whole token
+	// and hold its sub, nbf and exp, so a hit is still refused once exp
+	// (plus Leeway) has passed. Failures are never remembered.
+	CacheSize int
+	Now       func() time.Time // the clock (default time.Now); tests set it
 }
 
 // Verifier checks buyers' tokens. It is safe for concurrent use.
 type Verifier struct {
 	cfg    Config
 	parser *jwt.Parser
+	cache  *tokenCache // nil when Config.CacheSize is 0
 }
 
 // NewVerifier returns a Verifier, or an error when no key is configured or
@@ -66,19 +77,37 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if len(methods) == 0 {
 		return nil, errors.New("auth: no key to verify tokens with")
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithLeeway(cfg.Leeway), jwt.WithExpirationRequired()}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithLeeway(cfg.Leeway), jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(cfg.Now)}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
 	if cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	return &Verifier{cfg: cfg, parser: jwt.NewParser(opts...)}, nil
+	v := &Verifier{cfg: cfg, parser: jwt.NewParser(opts...)}
+	if cfg.CacheSize < 0 {
+		return nil, errors.New("auth: the token cache size must not be negative")
+	}
+	if cfg.CacheSize > 0 {
+		v.cache = newTokenCache(cfg.CacheSize)
+	}
+	return v, nil
 }
 
 // Verify checks token and returns its subject, the buyer. The errors wrap
 // ErrInvalidToken; their text says why, for the log.
 func (v *Verifier) Verify(token string) (string, error) {
+	var key [sha256.Size]byte
+	if v.cache != nil {
+		key = sha256.Sum256([]byte(token))
+		if sub, ok := v.cache.get(key, v.cfg.Now()); ok {
+			return sub, nil
+		}
+	}
 	var claims jwt.RegisteredClaims
 	_, err := v.parser.ParseWithClaims(token, &claims, v.key)
 	if err != nil {
@@ -87,7 +116,74 @@ func (v *Verifier) Verify(token string) (string, error) {
 	if claims.Subject == "" || len(claims.Subject) > MaxSubject {
 		return "", fmt.Errorf("%w: sub must be 1-%d bytes", ErrInvalidToken, MaxSubject)
 	}
+	if v.cache != nil {
+		// The window the parser accepted: exp is required; nbf is optional.
+		e := verified{sub: claims.Subject, until: claims.ExpiresAt.Add(v.cfg.Leeway)}
+		if claims.NotBefore != nil {
+			e.from = claims.NotBefore.Add(-v.cfg.Leeway)
+		}
+		v.cache.put(key, e)
+	}
 	return claims.Subject, nil
+}
+
+// verified is a remembered token: its buyer and when it is accepted, as
+// [from, until) on the Verifier's clock, the leeway included.
+type verified struct {
+	sub         string
+	from, until time.Time
+}
+
+// tokenCache remembers up to size verified tokens in two generations of
+// size/2: when the current one fills up it becomes the previous one (the
+// older generation is dropped), and a hit in the previous one moves the
+// entry forward. So tokens in use stay and the memory is bounded, without a
+// list to keep in order.
+type tokenCache struct {
+	mu        sync.Mutex
+	half      int
+	cur, prev map[[sha256.Size]byte]verified
+}
+
+func newTokenCache(size int) *tokenCache {
+	half := max(1, size/2)
+	return &tokenCache{half: half, cur: make(map[[sha256.Size]byte]verified, half)}
+}
+
+// get returns the buyer of a remembered token that is accepted at now.
+func (c *tokenCache) get(key [sha256.Size]byte, now time.Time) (string, bool) {
+	c.mu.Lock()
+	e, ok := c.cur[key]
+	if !ok {
+		if e, ok = c.prev[key]; ok {
+			c.putLocked(key, e)
+		}
+	}
+	c.mu.Unlock()
+	if !ok || now.Before(e.from) || !now.Before(e.until) {
+		return "", false
+	}
+	return e.sub, true
+}
+
+func (c *tokenCache) put(key [sha256.Size]byte, e verified) {
+	c.mu.Lock()
+	c.putLocked(key, e)
+	c.mu.Unlock()
+}
+
+func (c *tokenCache) putLocked(key [sha256.Size]byte, e verified) {
+	if _, ok := c.cur[key]; !ok && len(c.cur) >= c.half {
+		c.prev, c.cur = c.cur, make(map[[sha256.Size]byte]verified, c.half)
+	}
+	c.cur[key] = e
+}
+
+// len is the number of tokens remembered, for tests.
+func (c *tokenCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.cur) + len(c.prev)
 }
 
 func (v *Verifier) key(t *jwt.Token) (any, error) {
