@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 )
@@ -64,36 +66,103 @@ func exactNames(body []byte, v any) error {
 	if t.Kind() != reflect.Struct {
 		return nil
 	}
-	known := make(map[string]bool, t.NumField())
-	for i := range t.NumField() {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
-			known[name] = true
+	known := jsonNames(t)
+	seen := make([]bool, len(known))
+	check := func(b []byte) error {
+		i := slices.IndexFunc(known, func(k string) bool { return k == string(b) })
+		switch {
+		case i < 0:
+			return fmt.Errorf("%w: unknown field %q (names are case-sensitive)", errMalformed, b)
+		case seen[i]:
+			return fmt.Errorf("%w: field %q appears twice", errMalformed, b)
 		}
+		seen[i] = true
+		return nil
 	}
+	if ok, err := scanNames(body, check); ok {
+		return err
+	}
+	clear(seen) // a name with an escape: let encoding/json read the names
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if _, err := dec.Token(); err != nil { // {
 		return bodyErr(err, 0)
 	}
-	seen := make(map[string]bool, len(known))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return bodyErr(err, 0)
 		}
 		name, _ := tok.(string)
-		switch {
-		case !known[name]:
-			return fmt.Errorf("%w: unknown field %q (names are case-sensitive)", errMalformed, name)
-		case seen[name]:
-			return fmt.Errorf("%w: field %q appears twice", errMalformed, name)
+		if err := check([]byte(name)); err != nil {
+			return err
 		}
-		seen[name] = true
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
 			return bodyErr(err, 0)
 		}
 	}
 	return nil
+}
+
+// namesOf caches jsonNames by type.
+var namesOf sync.Map // reflect.Type -> []string
+
+// jsonNames is the json names of struct type t's fields.
+func jsonNames(t reflect.Type) []string {
+	if n, ok := namesOf.Load(t); ok {
+		return n.([]string)
+	}
+	var names []string
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	namesOf.Store(t, names)
+	return names
+}
+
+// scanNames calls f with each member name of the top-level object in body,
+// which must be valid JSON, in one pass over the bytes. It returns ok false,
+// having stopped, at a name with an escape in it, which only a JSON decoder
+// can read (or at a string left open: not valid JSON); otherwise f's first
+// error.
+func scanNames(body []byte, f func(name []byte) error) (ok bool, err error) {
+	depth, name := 0, false // name: the next string at depth 1 is a member name
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '{':
+			depth++
+			name = depth == 1
+		case '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			name = depth == 1
+		case '"':
+			j := i + 1
+			for ; j < len(body) && body[j] != '"'; j++ {
+				if body[j] == '\\' {
+					if name {
+						return false, nil
+					}
+					j++ // the escaped byte, which may be a quote
+				}
+			}
+			if j >= len(body) {
+				return false, nil
+			}
+			if name {
+				if err := f(body[i+1 : j]); err != nil {
+					return true, err
+				}
+				name = false
+			}
+			i = j
+		}
+	}
+	return true, nil
 }
 
 // bodyErr words a read or decode error for the client: never a socket

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,58 @@ var decodeSeeds = []string{
 	`{"sku":"SKU-1","quantity":1,"x":1}`, `{"sku":"SKU-1","quantity":1}{}`, `{"sku":"SKU-1","quantity":1} `,
 	``, `null`, `[]`, `{`, `{"sku":null}`, `{"quantity":1e400}`, `{"sku":"\u0000","quantity":-0}`,
 	`{"SKU":"A","Quantity":2}`, "\xef\xbb\xbf{}", `{"sku":"a","sku":"b","quantity":1}`,
+	`{"s\u006bu":"A","quantity":1}`, `{"sku":"a\"b{,","quantity":1}`, `{"sku":"A","quantity":1,"x":{"sku":[1,{"y":2}]}}`,
+}
+
+// tokenNames is the model of scanNames: the top-level member names read by
+// encoding/json's tokenizer.
+func tokenNames(body []byte) ([]string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	var names []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		names = append(names, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil, false
+		}
+	}
+	return names, true
+}
+
+// FuzzScanNames: on any valid JSON object, the byte scanner reports the
+// same member names as encoding/json, or hands over (ok false) only at a
+// name with an escape.
+func FuzzScanNames(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !json.Valid(body) || !utf8.Valid(body) {
+			return
+		}
+		want, isObject := tokenNames(body)
+		if !isObject {
+			return
+		}
+		var got []string
+		ok, _ := scanNames(body, func(b []byte) error { got = append(got, string(b)); return nil })
+		if !ok {
+			if !bytes.Contains(body, []byte(`\`)) {
+				t.Fatalf("scanNames gave up on %q, which has no escape", body)
+			}
+			return
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("scanNames(%q) = %q; encoding/json reads %q", body, got, want)
+		}
+	})
 }
 
 // FuzzDecodeOrder: strict decoding never panics, and accepts only one valid
