@@ -24,10 +24,11 @@ lint:
 	cd bench && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 	cd loadtest/composecheck && $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
-## fuzz: each fuzz target for FUZZTIME (request decoding, key and SKU validators, POST /v1/orders, the whole router)
+## fuzz: each fuzz target for FUZZTIME (request decoding, its member-name scanner, key and SKU validators, POST /v1/orders, the whole router)
 FUZZTIME ?= 5s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeOrder$$' -fuzztime $(FUZZTIME) ./internal/handler
+	$(GO) test -run '^$$' -fuzz '^FuzzScanNames$$' -fuzztime $(FUZZTIME) ./internal/handler
 	$(GO) test -run '^$$' -fuzz '^FuzzValidKey$$' -fuzztime $(FUZZTIME) ./internal/handler
 	$(GO) test -run '^$$' -fuzz '^FuzzPlaceOrder$$' -fuzztime $(FUZZTIME) ./internal/handler
 	$(GO) test -run '^$$' -fuzz '^FuzzRouter$$' -fuzztime $(FUZZTIME) ./internal/handler
