@@ -19,7 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/seckill/stock/internal/app"
-	"github.com/seckill/stock/internal/apptest"
+	"github.com/seckill/stock/internal/testlog"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -54,9 +54,9 @@ func TestMySQLStartupErrorsSayWhatToDo(t *testing.T) {
 }
 
 // startedLog is started with the server's log captured.
-func startedLog(t *testing.T, vars map[string]string) (string, *apptest.LogBuffer) {
+func startedLog(t *testing.T, vars map[string]string) (string, *testlog.Buffer) {
 	t.Helper()
-	log := &apptest.LogBuffer{}
+	log := &testlog.Buffer{}
 	vars["STOCK_HTTP_ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()

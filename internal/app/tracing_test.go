@@ -22,6 +22,7 @@ import (
 
 	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/apptest"
+	"github.com/seckill/stock/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +38,7 @@ const (
 )
 
 // accessLine waits for the access log line of route with the given status.
-func accessLine(t *testing.T, logs *apptest.LogBuffer, route string, status int) map[string]any {
+func accessLine(t *testing.T, logs *testlog.Buffer, route string, status int) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -55,11 +56,11 @@ func accessLine(t *testing.T, logs *apptest.LogBuffer, route string, status int)
 
 // newServer starts a server over a database of its own with a debug-level
 // JSON log (so 2xx requests are logged too), traced by tp when it is set.
-func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *apptest.LogBuffer) {
+func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *testlog.Buffer) {
 	t.Helper()
 	cfg := apptest.Config(apptest.Database(t))
 	cfg.LogLevel = slog.LevelDebug
-	logs := &apptest.LogBuffer{}
+	logs := &testlog.Buffer{}
 	var opts []app.Option
 	if tp != nil {
 		opts = append(opts, app.WithTracerProvider(tp))

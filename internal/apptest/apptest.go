@@ -5,14 +5,10 @@
 package apptest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -113,42 +109,4 @@ func Token(t testing.TB, buyer string) string {
 		t.Fatal(err)
 	}
 	return tok
-}
-
-// LogBuffer is a log sink safe for a server's goroutines: give it to a
-// slog handler, read what was written with String or Records.
-type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns everything written so far.
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// Records returns the JSON log records written so far; a line that is not
-// a JSON object fails the test.
-func (l *LogBuffer) Records(t testing.TB) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package handler
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/testlog"
 )
 
 // edge is a handler over a fake service (no database), with its metrics
@@ -29,36 +29,7 @@ type edge struct {
 	ctx context.Context
 	h   http.Handler
 	reg *prometheus.Registry
-	log *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
+	log *testlog.Buffer
 }
 
 func newEdge(t *testing.T, cfg Config, svc Service) *edge {
@@ -67,7 +38,7 @@ func newEdge(t *testing.T, cfg Config, svc Service) *edge {
 		svc = acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)}
 	}
 	reg := prometheus.NewRegistry()
-	buf := &syncBuffer{}
+	buf := &testlog.Buffer{}
 	log := slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if cfg.AdminToken == "" {
 		cfg.AdminToken = "admin-secret"
@@ -302,7 +273,7 @@ func TestAccessAndAdminLog(t *testing.T) {
 		t.Fatalf("admin with a lower-case scheme = %d; want 200 (RFC 9110: case-insensitive)", rec.Code)
 	}
 	var access, failed, changed bool
-	for _, l := range e.log.lines(t) {
+	for _, l := range e.log.Records(t) {
 		switch l["msg"] {
 		case "request":
 			if l["request_id"] == "req-123" && l["status"] == float64(400) && l["route"] == "/v1/orders" && l["method"] == "POST" {
@@ -325,7 +296,7 @@ func TestAccessAndAdminLog(t *testing.T) {
 	for range 500 {
 		e2.do("GET", "/nope", "")
 	}
-	if n := len(e2.log.lines(t)); n > 20 {
+	if n := len(e2.log.Records(t)); n > 20 {
 		t.Fatalf("500 404s wrote %d log lines with a budget of 10/s; want at most ~10 a second", n)
 	}
 }
