@@ -135,13 +135,17 @@ func TestBackstopRejectsStaleWriter(t *testing.T) {
 	// The first order, inside its transaction after its UPDATE, lets a
 	// second order in past the (broken) lock: that one reads the old
 	// version, and its UPDATE waits on the row lock until the first commits.
+	// The first commits once MySQL shows that UPDATE waiting.
+	blocked := d.stockUpdateWaits(t)
 	hook := func() {
 		once.Do(func() {
 			go func() {
 				defer close(done)
 				rogue = in.order(t, "rogue", "ONE", 1)
 			}()
-			time.Sleep(300 * time.Millisecond)
+			if !blocked(10 * time.Second) {
+				t.Error("the stale writer's UPDATE never waited on the stock row")
+			}
 		})
 	}
 	// One order per transaction (no combining), so the stale writer runs
@@ -167,11 +171,12 @@ func TestBrokenLockWithoutBackstopOversells(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
 	var started atomic.Int32
+	blocked := d.stockUpdateWaits(t)
 	hook := func() {
-		if started.Add(1) == 1 {
-			// Long enough that the second order reads the stock row before
-			// the first commits, even on a loaded machine.
-			time.Sleep(time.Second)
+		// The first to get here commits once the other one, which read the
+		// stock row before it, has its UPDATE waiting on that row.
+		if started.Add(1) == 1 && !blocked(10*time.Second) {
+			t.Error("the second order's UPDATE never waited on the stock row")
 		}
 	}
 	in := newInstance(t, d, instanceOpts{strategy: service.StrategyLock, locker: anyoneLocker{}, hook: hook})
