@@ -135,7 +135,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		JWTPublicKeyFile:  p.str("STOCK_JWT_PUBLIC_KEY_FILE", ""),
 		JWTIssuer:         p.str("STOCK_JWT_ISSUER", ""),
 		JWTAudience:       p.str("STOCK_JWT_AUDIENCE", ""),
-		JWTCacheSize:      p.integer("STOCK_JWT_CACHE_SIZE", 50_000, 0, 10_000_000),
+		JWTCacheSize:      p.integer("STOCK_JWT_CACHE_SIZE", 50_000, 0, 1_000_000),
 	}
 	c.LockBackend = p.str("STOCK_LOCK_BACKEND", skulock.BackendRedisson)
 	if !skulock.ValidBackend(c.LockBackend) {

@@ -35,12 +35,14 @@ type Config struct {
 	Issuer    string           // required iss, if set
 	Audience  string           // required in aud, if set
 	Leeway    time.Duration    // clock skew allowed on exp, nbf and iat (default 30s)
-	// CacheSize bounds the verified tokens remembered (0: none). A token
+	// CacheSize bounds the verified tokens remembered (0: none; at least 2
+	// otherwise). A token
 	// seen again within its validity skips the parse and the signature
 	// check: a buyer's retries and polls, and with EdDSA or RS256 most of a
 	// request's CPU. Entries are keyed by the SHA-256 of the whole token
 	// and hold its sub, nbf and exp, so a hit is still refused once exp
-	// (plus Leeway) has passed. Failures are never remembered.
+	// plus Leeway has passed (an entry stays until its generation is
+	// dropped). Failures are never remembered.
 	CacheSize int
 	Now       func() time.Time // the clock (default time.Now); tests set it
 }
@@ -103,7 +105,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 func (v *Verifier) Verify(token string) (string, error) {
 	var key [sha256.Size]byte
 	if v.cache != nil {
-		key = sha256.Sum256([]byte(token))
+		key = keyOf(token)
 		if sub, ok := v.cache.get(key, v.cfg.Now()); ok {
 			return sub, nil
 		}
@@ -127,6 +129,9 @@ func (v *Verifier) Verify(token string) (string, error) {
 	return claims.Subject, nil
 }
 
+// keyOf is a token's key in the cache.
+func keyOf(token string) [sha256.Size]byte { return sha256.Sum256([]byte(token)) }
+
 // verified is a remembered token: its buyer and when it is accepted, as
 // [from, until) on the Verifier's clock, the leeway included.
 type verified struct {
@@ -134,8 +139,8 @@ type verified struct {
 	from, until time.Time
 }
 
-// tokenCache remembers up to size verified tokens in two generations of
-// size/2: when the current one fills up it becomes the previous one (the
+// tokenCache remembers up to size (at least 2) verified tokens in two
+// generations of size/2, grown as tokens arrive: when the current one fills up it becomes the previous one (the
 // older generation is dropped), and a hit in the previous one moves the
 // entry forward. So tokens in use stay and the memory is bounded, without a
 // list to keep in order.
@@ -147,7 +152,7 @@ type tokenCache struct {
 
 func newTokenCache(size int) *tokenCache {
 	half := max(1, size/2)
-	return &tokenCache{half: half, cur: make(map[[sha256.Size]byte]verified, half)}
+	return &tokenCache{half: half, cur: map[[sha256.Size]byte]verified{}}
 }
 
 // get returns the buyer of a remembered token that is accepted at now.
@@ -174,7 +179,7 @@ func (c *tokenCache) put(key [sha256.Size]byte, e verified) {
 
 func (c *tokenCache) putLocked(key [sha256.Size]byte, e verified) {
 	if _, ok := c.cur[key]; !ok && len(c.cur) >= c.half {
-		c.prev, c.cur = c.cur, make(map[[sha256.Size]byte]verified, c.half)
+		c.prev, c.cur = c.cur, map[[sha256.Size]byte]verified{}
 	}
 	c.cur[key] = e
 }

@@ -1,14 +1,12 @@
 package auth
 
-import "crypto/sha256"
-
 // Cached reports whether v remembers tok, and CacheLen how many entries its
 // cache holds (a token in both generations counts twice).
 func Cached(v *Verifier, tok string) bool {
 	if v.cache == nil {
 		return false
 	}
-	k := sha256.Sum256([]byte(tok))
+	k := keyOf(tok)
 	v.cache.mu.Lock()
 	defer v.cache.mu.Unlock()
 	_, cur := v.cache.cur[k]

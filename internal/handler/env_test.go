@@ -244,14 +244,13 @@ func count(rs []reply) map[int]int {
 	return m
 }
 
-// ordersOf returns the orders of a SKU straight from MySQL, by key.
 // stockUpdateWaits returns a wait, for a hook that holds the stock row
 // locked in its own transaction (after its UPDATE, before COMMIT), until
-// another connection of this test's database is running an UPDATE of the
-// stock table: blocked on that row, so it read the row before. It reports
-// whether that happened within timeout, and may be called from a server
-// goroutine. It asks the process list: MariaDB's innodb_trx was seen to
-// say RUNNING for such a wait.
+// another connection of this test's database has been running an UPDATE of
+// the stock table for 100 ms: blocked on that row, so it read the row
+// before (the 100 ms keep out the hook's own UPDATE, whose connection can
+// still show it for a moment after it returned). It reports whether that
+// happened within timeout, and may be called from a server goroutine.
 func (d *db) stockUpdateWaits(t testing.TB) func(timeout time.Duration) bool {
 	t.Helper()
 	sqlDB := openSQL(t, d.dsn)
@@ -259,7 +258,8 @@ func (d *db) stockUpdateWaits(t testing.TB) func(timeout time.Duration) bool {
 		for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 			var n int
 			err := sqlDB.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM information_schema.processlist
-				WHERE db = DATABASE() AND command = 'Query' AND id <> CONNECTION_ID() AND info LIKE 'UPDATE `+"`stock`"+`%'`).Scan(&n)
+				WHERE db = DATABASE() AND command = 'Query' AND id <> CONNECTION_ID() AND time_ms >= 100
+				AND info LIKE 'UPDATE `+"`stock`"+`%'`).Scan(&n)
 			if err != nil {
 				t.Errorf("process list: %v", err)
 				return false
@@ -272,6 +272,7 @@ func (d *db) stockUpdateWaits(t testing.TB) func(timeout time.Duration) bool {
 	}
 }
 
+// ordersOf returns the orders of a SKU straight from MySQL, by key.
 func (d *db) ordersOf(t testing.TB, sku string) map[string]int64 {
 	t.Helper()
 	sqlDB := openSQL(t, d.dsn)

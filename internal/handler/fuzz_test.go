@@ -51,6 +51,19 @@ func tokenNames(body []byte) ([]string, bool) {
 	return names, true
 }
 
+// Names with an escape go to encoding/json's reading: taken when they are
+// the known names, refused when they repeat one.
+func TestDecodeEscapedNames(t *testing.T) {
+	var req orderRequest
+	if err := decodeStrict(strings.NewReader(`{"sku":"SKU-1","\u0071uantity":2}`), 4096, &req); err != nil || req.SKU == nil || *req.SKU != "SKU-1" || req.Quantity == nil || *req.Quantity != 2 {
+		t.Fatalf("an escaped known name: %+v, %v; want it taken", req, err)
+	}
+	err := decodeStrict(strings.NewReader(`{"sku":"a","s\u006bu":"b","quantity":1}`), 4096, &orderRequest{})
+	if err == nil || !strings.Contains(err.Error(), "appears twice") {
+		t.Fatalf("a name repeated through an escape: %v; want appears twice", err)
+	}
+}
+
 // FuzzScanNames: on any valid JSON object, the byte scanner reports the
 // same member names as encoding/json, or hands over (ok false) only at a
 // name with an escape.
@@ -69,6 +82,11 @@ func FuzzScanNames(f *testing.F) {
 		var got []string
 		ok, _ := scanNames(body, func(b []byte) error { got = append(got, string(b)); return nil })
 		if !ok {
+			// It stops at the first name with an escape: the names before
+			// it are the model's first ones, and the next name has one.
+			if len(got) >= len(want) || !slices.Equal(got, want[:len(got)]) {
+				t.Fatalf("scanNames(%q) gave up after %q; encoding/json reads %q", body, got, want)
+			}
 			if !bytes.Contains(body, []byte(`\`)) {
 				t.Fatalf("scanNames gave up on %q, which has no escape", body)
 			}
