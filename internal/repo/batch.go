@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,39 +14,83 @@ import (
 )
 
 // DeductBatch places several orders of one SKU in one transaction: it reads
-// the stock row and, unless the caller did (b.KeysChecked), which of the
-// batch's keys have an order already (one query each), fills the orders in order while stock lasts, inserts them in
-// one statement, reads their ids back in one, writes their ledger rows in
-// one, and ends with one versioned UPDATE by the total: a handful of round
-// trips whatever the batch size. It returns per item the order, or
-// service.ErrSoldOut, a *service.LimitError or service.ErrDuplicateKey; its
-// error (service.ErrConflict, service.ErrUnknownSKU, an error wrapping
+// the stock row and, beside it on another connection, which of the items'
+// keys the caller did not check (BatchItem.KeyChecked) have an order
+// already; fills the orders in order while stock lasts, inserts them in one
+// statement, writes their ledger rows in one, and ends with one versioned
+// UPDATE by the total: a handful of round trips whatever the batch size.
+// It returns per item the order, or service.ErrSoldOut, a
+// *service.LimitError or service.ErrDuplicateKey; its error
+// (service.ErrConflict, service.ErrUnknownSKU, an error wrapping
 // service.ErrUnavailable, or that of b.BeforeCommit) means nothing was
 // written.
 //
 // The ids come from the multi-row INSERT when the server promises one
 // statement's rows consecutive ids (see Store.consecutiveIDs), and are read
-// back by (buyer, key) otherwise. When another instance inserts one of the keys between the read and the
-// INSERT (a replay racing its first attempt), the statement fails as a
-// whole; the batch is then placed again in a new transaction: with its own
-// key read if the caller's (KeysChecked) was the stale one, and order by
-// order, where only that order is skipped, if that races too.
+// back by (buyer, key) otherwise. When another instance inserts one of the
+// keys between the read and the INSERT (a replay racing its first attempt),
+// the statement fails as a whole; the batch is then placed again in a new
+// transaction: with every key read again if the caller had read some, and
+// order by order, where only that order is skipped, if that races too.
 func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	if len(b.Items) == 1 { // one INSERT either way: skip the key read and the id read
 		return s.deductBatchRows(ctx, b)
 	}
 	orders, errs, err := s.deductBatchFast(ctx, b)
-	if errors.Is(err, errKeyRace) && b.KeysChecked {
+	if errors.Is(err, errKeyRace) && slices.ContainsFunc(b.Items, func(it service.BatchItem) bool { return it.KeyChecked }) {
 		// The caller's read came before the lock: a retry whose first
-		// attempt committed while this batch waited. Read the keys here,
+		// attempt committed while this batch waited. Read every key now,
 		// under the lock, where such a race is all but impossible.
-		b.KeysChecked = false
+		b.Items = slices.Clone(b.Items)
+		for i := range b.Items {
+			b.Items[i].KeyChecked = false
+		}
 		orders, errs, err = s.deductBatchFast(ctx, b)
 	}
 	if errors.Is(err, errKeyRace) {
 		return s.deductBatchRows(ctx, b)
 	}
 	return orders, errs, err
+}
+
+// takenKeys reads which of the unchecked items' keys have an order, beside
+// the transaction's stock read; the channel gets the answer once. Nothing to
+// read: nil. The read's connection is taken here, before the caller's
+// transaction takes its own, so a transaction never waits for a read that
+// waits for the pool (with every connection held by such transactions, that
+// would hang until the deadline).
+func (s *Store) takenKeys(ctx context.Context, items []service.BatchItem) (<-chan keysRead, error) {
+	var keys []service.BuyerKey
+	for _, it := range items {
+		if !it.KeyChecked {
+			keys = append(keys, service.BuyerKey{Buyer: it.Buyer, Key: it.Key})
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	conn, err := s.sql.Conn(ctx)
+	if err != nil {
+		return nil, translate(ctx, "read keys", err)
+	}
+	ch := make(chan keysRead, 1)
+	go func() {
+		defer func() { _ = conn.Close() }()
+		db := s.db.WithContext(ctx)
+		db.Statement.ConnPool = conn // as gorm's DB.Connection does
+		found, err := ordersOfKeys(db, keys, "buyer", "idempotency_key")
+		taken := make(map[service.BuyerKey]bool, len(found)+len(items))
+		for _, f := range found {
+			taken[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
+		}
+		ch <- keysRead{taken, err}
+	}()
+	return ch, nil
+}
+
+type keysRead struct {
+	taken map[service.BuyerKey]bool
+	err   error
 }
 
 var errKeyRace = errors.New("repo: a key of the batch was inserted concurrently")
@@ -74,25 +119,33 @@ func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, version, total int64, 
 func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	var orders []service.Order
 	var errs []error
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	read, err := s.takenKeys(ctx, b.Items)
+	if err != nil {
+		return nil, nil, err
+	}
+	if read != nil {
+		// Whatever ends the transaction, the read is waited for (and its
+		// connection back in the pool) before DeductBatch returns.
+		defer func() {
+			if read != nil {
+				<-read
+			}
+		}()
+	}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		orders, errs = make([]service.Order, len(b.Items)), make([]error, len(b.Items))
 		cur, err := readStock(tx, b.SKU, false)
 		if err != nil {
 			return err
 		}
-		taken := make(map[service.BuyerKey]bool, len(b.Items))
-		if !b.KeysChecked {
-			keys := make([]service.BuyerKey, len(b.Items))
-			for i, it := range b.Items {
-				keys[i] = service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
+		taken := map[service.BuyerKey]bool{}
+		if read != nil {
+			r := <-read
+			read = nil
+			if r.err != nil {
+				return translate(ctx, "read keys", r.err)
 			}
-			found, err := ordersOfKeys(tx, keys, "buyer", "idempotency_key")
-			if err != nil {
-				return translate(ctx, "read keys", err)
-			}
-			for _, f := range found {
-				taken[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
-			}
+			taken = r.taken
 		}
 		left, total := cur.Available, int64(0)
 		now := time.Now().UTC().Truncate(time.Microsecond)

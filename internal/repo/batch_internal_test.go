@@ -2,12 +2,14 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -15,10 +17,14 @@ import (
 	"github.com/seckill/stock/internal/testserver"
 )
 
-func openStore(t *testing.T) *Store {
+func openStore(t *testing.T) *Store { t.Helper(); return openStoreConns(t, 20) }
+
+// openStoreConns opens a Store on a fresh database with a pool of conns
+// (the migrations, whose lock takes a connection of its own, run with two).
+func openStoreConns(t *testing.T, conns int) *Store {
 	t.Helper()
 	ctx := context.Background()
-	s, err := Open(ctx, testserver.Database(t), Options{MaxOpenConns: 20})
+	s, err := Open(ctx, testserver.Database(t), Options{MaxOpenConns: max(conns, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +32,7 @@ func openStore(t *testing.T) *Store {
 	if _, err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	s.sql.SetMaxOpenConns(conns)
 	return s
 }
 
@@ -103,6 +110,53 @@ func TestBatchStatementsAreFlat(t *testing.T) {
 	t.Logf("statements per batch of 1, 8, 64: %v", per)
 	if per[0] == 0 || per[1] != per[2] || per[2] > 8 {
 		t.Fatalf("statements for batches of 1, 8, 64 = %v; want the same handful (at most 8, BEGIN and COMMIT included)", per)
+	}
+}
+
+// A batch reads its unchecked keys on a connection of its own beside its
+// transaction. That read takes its connection before the transaction does,
+// so batches never wait for each other's reads in a full pool: with one
+// connection, or two for eight SKUs' batches at once, every batch is placed
+// long before its deadline.
+func TestBatchKeyReadsDoNotStarveThePool(t *testing.T) {
+	for _, conns := range []int{1, 2} {
+		t.Run(fmt.Sprint("conns=", conns), func(t *testing.T) {
+			s := openStoreConns(t, conns)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			const skus, rounds = 8, 5
+			var wg sync.WaitGroup
+			errs := make(chan error, skus*rounds)
+			for k := range skus {
+				sku := fmt.Sprint("P", k)
+				if _, err := s.SetStock(ctx, sku, 1000, 0); err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() {
+					for r := range rounds {
+						items := batchOf(4, fmt.Sprint(sku, "-", r)) // none KeyChecked: the store reads them all
+						_, itemErrs, err := s.DeductBatch(ctx, service.Batch{SKU: sku, Items: items, Fence: 1})
+						if err == nil {
+							err = errors.Join(itemErrs...)
+						}
+						if err != nil {
+							errs <- fmt.Errorf("%s round %d: %w", sku, r, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			for k := range skus {
+				if st, err := s.Stock(ctx, fmt.Sprint("P", k)); err != nil || st.Sold != 4*rounds {
+					t.Fatalf("P%d: %+v, %v; want %d sold", k, st, err, 4*rounds)
+				}
+			}
+		})
 	}
 }
 

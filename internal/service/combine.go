@@ -71,8 +71,9 @@ func (s *Service) placeAlone(ctx context.Context, d Deduction) (Order, error) {
 }
 
 // runBatch places a batch under the SKU lock in one transaction: the
-// batch's keys read first, then the lock, then the stock read, the inserts,
-// the versioned UPDATE and COMMIT.
+// batch's keys read first, then the lock, then the orders that joined the
+// line meanwhile, then the stock read, the inserts, the versioned UPDATE
+// and COMMIT.
 func (s *Service) runBatch(sku string, batch []*call) {
 	// The batch's span is a child of its first order's, linked to the
 	// others' (and they to it), so each order's trace shows the batch that
@@ -127,11 +128,27 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		return
 	}
 	defer s.releaseLock(lctx, h)
+	// The orders that joined the line while this batch read its keys and
+	// waited for the lock go in too (up to BatchMax): they would otherwise
+	// wait a whole round of the lock for the next batch. Their keys are
+	// unread; the store reads them beside its stock read.
+	checked := 0
+	if keysChecked {
+		checked = len(batch)
+	}
+	if n := s.cfg.BatchMax - len(batch); n > 0 {
+		more := s.lines.more(sku, n)
+		linkSpans(span, more)
+		batch = append(batch, more...)
+		if len(more) > 0 && span.IsRecording() {
+			span.SetAttributes(attrBatchSize.Int(len(batch)))
+		}
+	}
 	s.metrics.Batch(len(batch)) // the orders this hold serves (replays answered before it left out)
 
-	b := Batch{SKU: sku, Fence: h.Fence(), KeysChecked: keysChecked, Items: make([]BatchItem, len(batch))}
+	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
-		b.Items[i] = BatchItem{Buyer: c.d.Buyer, Key: c.d.Key, RequestHash: c.d.RequestHash, Quantity: c.d.Quantity}
+		b.Items[i] = BatchItem{Buyer: c.d.Buyer, Key: c.d.Key, RequestHash: c.d.RequestHash, Quantity: c.d.Quantity, KeyChecked: i < checked}
 	}
 	b.BeforeCommit = func() error {
 		if hook := s.cfg.CriticalSectionHook; hook != nil {
@@ -223,22 +240,26 @@ func (s *Service) batchSpan(sku string, batch []*call) (context.Context, trace.S
 	if len(batch) == 1 {
 		return s.cfg.Tracer.Start(first, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(1)))
 	}
-	var links []trace.Link
-	for _, c := range batch[1:] {
-		if sc := trace.SpanContextFromContext(c.ctx); sc.IsSampled() {
-			links = append(links, trace.Link{SpanContext: sc})
-		}
-	}
 	parent := trace.ContextWithSpan(context.Background(), trace.SpanFromContext(first))
-	bctx, span := s.cfg.Tracer.Start(parent, "stock.batch", trace.WithLinks(links...),
-		trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(len(batch))))
-	if span.IsRecording() {
-		link := trace.Link{SpanContext: span.SpanContext()}
-		for _, c := range batch[1:] {
-			if ps := trace.SpanFromContext(c.ctx); ps.IsRecording() {
-				ps.AddLink(link)
-			}
+	bctx, span := s.cfg.Tracer.Start(parent, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(len(batch))))
+	linkSpans(span, batch[1:])
+	return bctx, span
+}
+
+// linkSpans links a batch's span to the spans of calls it serves, and
+// theirs to it (nothing when the batch's span is not recorded).
+func linkSpans(span trace.Span, calls []*call) {
+	if !span.IsRecording() {
+		return
+	}
+	link := trace.Link{SpanContext: span.SpanContext()}
+	for _, c := range calls {
+		ps := trace.SpanFromContext(c.ctx)
+		if sc := ps.SpanContext(); sc.IsSampled() {
+			span.AddLink(trace.Link{SpanContext: sc})
+		}
+		if ps.IsRecording() {
+			ps.AddLink(link)
 		}
 	}
-	return bctx, span
 }

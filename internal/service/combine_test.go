@@ -5,16 +5,76 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/service/servicetest"
 )
 
-// lineUp holds the SKU lock as another instance would, starts a leader
-// (its batch of one waits for the lock), then queues reqs in the line one
-// by one, so their order in the line is the order of reqs.
-func (u *unit) lineUp(t *testing.T, ctxs []context.Context, reqs []service.PlaceRequest) (*servicetest.Hold, <-chan placed, []<-chan placed) {
+// newLineUnit is newUnit with a gate in the critical section, for lineUp.
+func newLineUnit(t *testing.T, cfg service.Config) (*unit, *gate) {
+	t.Helper()
+	g := &gate{entered: make(chan struct{}), open: make(chan struct{})}
+	cfg.CriticalSectionHook = g.hook
+	return newUnit(t, cfg), g
+}
+
+// gate, once armed, stops the next batch in its critical section (lock
+// held, before COMMIT) until opened.
+type gate struct {
+	armed         atomic.Bool
+	entered, open chan struct{}
+}
+
+func (g *gate) hook() {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.open
+	}
+}
+
+// lineUp starts a leader whose batch of one takes the lock and stops in its
+// critical section, then queues reqs in the line one by one, so their
+// order in the line is the order of reqs. The line is the next batch, taken
+// (and its keys read) before its lock wait, once release lets the leader
+// finish. (lineUpWaiting queues them while the leader waits for the lock.)
+func (u *unit) lineUp(t *testing.T, g *gate, ctxs []context.Context, reqs []service.PlaceRequest) (release func(), lead <-chan placed, out []<-chan placed) {
+	t.Helper()
+	g.armed.Store(true)
+	lead = u.placeAsync(context.Background(), u.req(fmt.Sprintf("lead-%d", len(u.store.Stats().BatchSizes)), 1))
+	select {
+	case <-g.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader did not reach its critical section in 5s")
+	}
+	out = u.queue(t, ctxs, reqs)
+	return func() {
+		t.Helper()
+		close(g.open)
+		if p := <-lead; p.err != nil {
+			t.Fatal(p.err)
+		}
+		g.entered, g.open = make(chan struct{}), make(chan struct{})
+	}, lead, out
+}
+
+// queue places reqs one by one, each once the one before waits in line.
+func (u *unit) queue(t *testing.T, ctxs []context.Context, reqs []service.PlaceRequest) []<-chan placed {
+	t.Helper()
+	var out []<-chan placed
+	for i, r := range reqs {
+		out = append(out, u.placeAsync(ctxs[i], r))
+		waitFor(t, fmt.Sprintf("%d orders in line", i+1), func() bool { return service.Waiting(u.svc, u.sku) == i+1 })
+	}
+	return out
+}
+
+// lineUpWaiting holds the SKU lock as another instance would, starts a
+// leader (its batch of one waits for the lock), then queues reqs in the
+// line. Once the hold ends, the leader's batch takes the line in too.
+func (u *unit) lineUpWaiting(t *testing.T, ctxs []context.Context, reqs []service.PlaceRequest) (*servicetest.Hold, <-chan placed, []<-chan placed) {
 	t.Helper()
 	h, err := u.locks.Lock(u.sku)
 	if err != nil {
@@ -22,15 +82,10 @@ func (u *unit) lineUp(t *testing.T, ctxs []context.Context, reqs []service.Place
 	}
 	lead := u.placeAsync(context.Background(), u.req("lead", 1))
 	waitFor(t, "the leader waiting for the lock", func() bool { return u.locks.Waiting(u.sku) == 1 })
-	var out []<-chan placed
-	for i, r := range reqs {
-		out = append(out, u.placeAsync(ctxs[i], r))
-		waitFor(t, fmt.Sprintf("%d orders in line", i+1), func() bool { return service.Waiting(u.svc, u.sku) == i+1 })
-	}
-	return h, lead, out
+	return h, lead, u.queue(t, ctxs, reqs)
 }
 
-// release ends the hold lineUp took and waits for the leader's own order.
+// release ends the hold lineUpWaiting took and waits for the leader's own order.
 func (u *unit) release(t *testing.T, h *servicetest.Hold, lead <-chan placed) {
 	t.Helper()
 	if err := h.Unlock(context.Background()); err != nil {
@@ -53,14 +108,14 @@ func background(n int) []context.Context {
 // one lock hold, and each gets its own order back.
 func TestCombinerBatchesTheLine(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t, service.Config{BatchMax: 64})
+	u, g := newLineUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 100, 0)
 	var reqs []service.PlaceRequest
 	for i := range 8 {
 		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: 1 + i%3})
 	}
-	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
-	u.release(t, h, lead)
+	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release()
 	var fence int64
 	ids := map[int64]bool{}
 	for i, ch := range waiting {
@@ -89,7 +144,7 @@ func TestCombinerBatchesTheLine(t *testing.T) {
 // sold out, and the SKU is then answered sold out from memory.
 func TestCombinerSellsOutMidBatch(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t, service.Config{BatchMax: 64})
+	u, g := newLineUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 1+4, 0) // the leader's unit, then 4 for the batch
 	qs := []int{2, 3, 1, 1, 1}
 	wantPlaced := []bool{true, false, true, true, false}
@@ -97,8 +152,8 @@ func TestCombinerSellsOutMidBatch(t *testing.T) {
 	for i, q := range qs {
 		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: q})
 	}
-	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
-	u.release(t, h, lead)
+	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release()
 	for i, ch := range waiting {
 		p := <-ch
 		if wantPlaced[i] != (p.err == nil) || !wantPlaced[i] && !errors.Is(p.err, service.ErrSoldOut) {
@@ -132,7 +187,7 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 	defer cancel()
 	ctxs[1] = quit
 	reqs := []service.PlaceRequest{u.req("k0", 1), u.req("k1", 1), u.req("k2", 1)}
-	h, lead, waiting := u.lineUp(t, ctxs, reqs)
+	h, lead, waiting := u.lineUpWaiting(t, ctxs, reqs)
 	cancel()
 	if p := <-waiting[1]; !errors.Is(p.err, service.ErrUnavailable) || !errors.Is(p.err, context.Canceled) {
 		t.Fatalf("order that gave up in line = %v; want ErrUnavailable (context canceled)", p.err)
@@ -151,8 +206,8 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 	if _, err := u.store.OrderByKey(context.Background(), "b1", "k1"); !errors.Is(err, service.ErrOrderNotFound) {
 		t.Fatalf("order of the client that left = %v; want none", err)
 	}
-	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 2}) {
-		t.Fatalf("batch sizes %v; want [1 2]: the one that left is not in the batch", got)
+	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{3}) {
+		t.Fatalf("batch sizes %v; want [3]: the leader takes the line in, without the one that left", got)
 	}
 	if a := u.audit(t); !a.Consistent || a.Orders != 3 {
 		t.Fatalf("audit = %+v; want 3 orders", a)
@@ -164,7 +219,7 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 // batch of replays only does not take the lock at all.
 func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t, service.Config{BatchMax: 64})
+	u, g := newLineUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 100, 0)
 	first := u.place(t, "b1", "placed", u.sku, 2)
 	reqs := []service.PlaceRequest{
@@ -172,8 +227,8 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 		{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
 		{Buyer: "b3", Key: "k2", SKU: u.sku, Quantity: 1},
 	}
-	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
-	u.release(t, h, lead)
+	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release()
 	for i, ch := range waiting {
 		p := <-ch
 		switch {
@@ -188,14 +243,14 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 2}) {
 		t.Fatalf("batch sizes %v; want [1 2]: the leader, then the line without its replay", got)
 	}
-	if got := u.store.Stats().KeysChecked; !slices.Equal(got, []bool{false, true}) {
-		t.Fatalf("KeysChecked per batch %v; want [false true]: a batch of one reads nothing first", got)
+	if got := u.store.Stats().KeysChecked; !slices.Equal(got, []int{0, 2}) {
+		t.Fatalf("items with KeyChecked per batch %v; want [0 2]: a batch of one reads nothing first", got)
 	}
 
 	// A line of replays only: answered from the read, no lock taken.
-	h, lead, waiting = u.lineUp(t, background(2), []service.PlaceRequest{reqs[0], reqs[2]})
+	release, _, waiting = u.lineUp(t, g, background(2), []service.PlaceRequest{reqs[0], reqs[2]})
 	calls := u.locks.Calls()
-	u.release(t, h, lead)
+	release()
 	for i, ch := range waiting {
 		if p := <-ch; p.err != nil || !p.replayed {
 			t.Fatalf("replay %d = %+v, %v; want its order back", i, p.o, p.err)
@@ -210,8 +265,8 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	if n, sum := batchOrders(t, u); n != 3 || sum != 4 {
 		t.Fatalf("stock_lock_batch_orders: %d batches of %v orders; want 3 of 4", n, sum)
 	}
-	if a := u.audit(t); !a.Consistent || a.Orders != 4 { // placed, lead, k1, k2
-		t.Fatalf("audit = %+v; want consistent with 4 orders", a)
+	if a := u.audit(t); !a.Consistent || a.Orders != 5 { // placed, the two leaders, k1, k2
+		t.Fatalf("audit = %+v; want consistent with 5 orders", a)
 	}
 }
 
@@ -235,7 +290,7 @@ func batchOrders(t *testing.T, u *unit) (uint64, float64) {
 // store reads the keys itself: a replay still gets its order back.
 func TestCombinerKeysReadFails(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t, service.Config{BatchMax: 64})
+	u, g := newLineUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 100, 0)
 	first := u.place(t, "b1", "placed", u.sku, 2)
 	u.store.FailKeysTaken(errors.New("read refused"))
@@ -243,8 +298,8 @@ func TestCombinerKeysReadFails(t *testing.T) {
 		{Buyer: "b2", Key: "k1", SKU: u.sku, Quantity: 1},
 		{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
 	}
-	h, lead, waiting := u.lineUp(t, background(len(reqs)), reqs)
-	u.release(t, h, lead)
+	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release()
 	for i, ch := range waiting {
 		p := <-ch
 		if p.err != nil || (i == 1) != p.replayed || i == 1 && p.o.ID != first.ID {
@@ -252,7 +307,63 @@ func TestCombinerKeysReadFails(t *testing.T) {
 		}
 	}
 	st := u.store.Stats()
-	if !slices.Equal(st.BatchSizes, []int{1, 2}) || !slices.Equal(st.KeysChecked, []bool{false, false}) {
-		t.Fatalf("batches %v, KeysChecked %v; want [1 2] and [false false]: the whole line, keys read by the store", st.BatchSizes, st.KeysChecked)
+	if !slices.Equal(st.BatchSizes, []int{1, 2}) || !slices.Equal(st.KeysChecked, []int{0, 0}) {
+		t.Fatalf("batches %v, items with KeyChecked %v; want [1 2] and [0 0]: the whole line, keys read by the store", st.BatchSizes, st.KeysChecked)
+	}
+}
+
+// The orders that join the line while a batch waits for the lock go into
+// that batch once it holds the lock (up to BatchMax), their keys read by the
+// store: a replay among them gets its order back, the rest are placed under
+// the one hold; what is past BatchMax is the next batch.
+func TestCombinerTakesTheLineInOnceLocked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		batchMax       int
+		sizes, checked []int
+		description    string
+	}{
+		{64, []int{6}, []int{0}, "the leader and the whole line, none read before"},
+		{4, []int{4, 2}, []int{0, 2}, "the leader and 3 of the line, then the other 2, read before the lock"},
+	} {
+		t.Run(fmt.Sprint("BatchMax=", tc.batchMax), func(t *testing.T) {
+			t.Parallel()
+			u := newUnit(t, service.Config{BatchMax: tc.batchMax})
+			u.setStock(t, u.sku, 100, 0)
+			first := u.place(t, "b1", "placed", u.sku, 2)
+			reqs := []service.PlaceRequest{
+				{Buyer: "b2", Key: "k1", SKU: u.sku, Quantity: 1},
+				{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
+				{Buyer: "b3", Key: "k2", SKU: u.sku, Quantity: 3},
+				{Buyer: "b4", Key: "k3", SKU: u.sku, Quantity: 1},
+				{Buyer: "b5", Key: "k4", SKU: u.sku, Quantity: 2},
+			}
+			h, lead, waiting := u.lineUpWaiting(t, background(len(reqs)), reqs)
+			u.release(t, h, lead)
+			fences := map[int64]int{}
+			for i, ch := range waiting {
+				p := <-ch
+				switch {
+				case p.err != nil:
+					t.Fatalf("order %d = %v", i, p.err)
+				case i == 1 && (!p.replayed || p.o.ID != first.ID):
+					t.Fatalf("the replay = %+v, replayed %v; want order %d back", p.o, p.replayed, first.ID)
+				case i != 1 && (p.replayed || p.o.Key != reqs[i].Key || p.o.Fence == nil):
+					t.Fatalf("order %d = %+v, replayed %v; want its own new order with a fence", i, p.o, p.replayed)
+				case i != 1:
+					fences[*p.o.Fence]++
+				}
+			}
+			st := u.store.Stats()
+			if !slices.Equal(st.BatchSizes, tc.sizes) || !slices.Equal(st.KeysChecked, tc.checked) {
+				t.Fatalf("batches %v, items with KeyChecked %v; want %v and %v: %s", st.BatchSizes, st.KeysChecked, tc.sizes, tc.checked, tc.description)
+			}
+			if len(fences) != len(tc.sizes) {
+				t.Fatalf("the line's orders were placed under %d lock holds (fences %v); want %d", len(fences), fences, len(tc.sizes))
+			}
+			if a := u.audit(t); !a.Consistent || a.Orders != 6 || a.Available != 100-2-1-1-3-1-2 {
+				t.Fatalf("audit = %+v; want consistent with 6 orders", a)
+			}
+		})
 	}
 }

@@ -120,7 +120,13 @@ func (l *line) compact() {
 // take removes up to n waiting calls from the front of the SKU's line and
 // marks them taken; abandoned calls on the way are dropped. It returns nil
 // and ends the leader's turn when none is left.
-func (ls *lines) take(sku string, n int) []*call {
+func (ls *lines) take(sku string, n int) []*call { return ls.takeCalls(sku, n, true) }
+
+// more is take for a leader that holds a batch already: it never ends the
+// leader's turn, even when it finds none.
+func (ls *lines) more(sku string, n int) []*call { return ls.takeCalls(sku, n, false) }
+
+func (ls *lines) takeCalls(sku string, n int, endTurn bool) []*call {
 	sh := ls.shard(sku)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -138,7 +144,7 @@ func (ls *lines) take(sku string, n int) []*call {
 		}
 	}
 	l.pending = l.pending[i:]
-	if len(batch) == 0 {
+	if len(batch) == 0 && endTurn {
 		l.active = false
 		l.forget(sh, sku)
 	}

@@ -117,6 +117,12 @@ type BatchItem struct {
 	Key         string
 	RequestHash string
 	Quantity    int
+	// KeyChecked says the caller read this item's key with Store.KeysTaken
+	// after it formed the batch, and left the item out if it had an order:
+	// the store need not read it again. A key inserted since (a replay
+	// racing its first attempt) is still caught by the unique key and
+	// answered ErrDuplicateKey.
+	KeyChecked bool
 }
 
 // Batch is several orders of one SKU, placed in one transaction under the lock.
@@ -124,12 +130,6 @@ type Batch struct {
 	SKU   string
 	Items []BatchItem
 	Fence int64
-	// KeysChecked says the caller read the items' keys with
-	// Store.KeysTaken after it formed the batch, and left out those that
-	// have an order: the store need not read them again. A key inserted
-	// since (a replay racing its first attempt) is still caught by the
-	// unique key and answered ErrDuplicateKey.
-	KeysChecked bool
 	// BeforeCommit runs before COMMIT; an error rolls everything back.
 	BeforeCommit func() error
 }

@@ -518,15 +518,18 @@ func contractBatch(t *testing.T, s ContractStore) {
 	}
 }
 
-// KeysTaken tells which keys have an order (per buyer); a batch marked
-// KeysChecked skips the store's own read of the keys, yet a key that got an
+// KeysTaken tells which keys have an order (per buyer). Items marked
+// KeyChecked skip the store's own read of their keys, yet a key that got an
 // order since the caller's read (a replay racing its first attempt) is still
-// refused, alone, and the rest placed.
+// refused, alone, and the rest placed; items not marked are read by the
+// store, in the same batch.
 func contractKeysChecked(t *testing.T, s ContractStore) {
 	ctx := context.Background()
-	mustSetStock(t, s, "KC", 10, 0)
-	if _, err := s.Deduct(ctx, deduction("b1", "old", "KC", 1, service.WriteConditional)); err != nil {
-		t.Fatal(err)
+	mustSetStock(t, s, "KC", 20, 0)
+	for _, key := range []string{"old", "old2"} {
+		if _, err := s.Deduct(ctx, deduction("b1", key, "KC", 1, service.WriteConditional)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	keys := []service.BuyerKey{{Buyer: "b1", Key: "old"}, {Buyer: "b1", Key: "new"}, {Buyer: "b2", Key: "old"}, {Buyer: "b1", Key: "old"}}
 	taken, err := s.KeysTaken(ctx, keys)
@@ -538,16 +541,19 @@ func contractKeysChecked(t *testing.T, s ContractStore) {
 	}
 	before := mustStock(t, s, "KC")
 	items := []service.BatchItem{
-		{Buyer: "b1", Key: "n1", RequestHash: "h1", Quantity: 2},
-		{Buyer: "b1", Key: "old", RequestHash: "hash-old", Quantity: 1}, // ordered since the caller's read
-		{Buyer: "b2", Key: "n2", RequestHash: "h2", Quantity: 3},
-		{Buyer: "b2", Key: "n2", RequestHash: "h2", Quantity: 1}, // twice in the batch
+		{Buyer: "b1", Key: "n1", RequestHash: "h1", Quantity: 2, KeyChecked: true},
+		{Buyer: "b1", Key: "old", RequestHash: "hash-old", Quantity: 1, KeyChecked: true}, // ordered since the caller's read
+		{Buyer: "b2", Key: "n2", RequestHash: "h2", Quantity: 3, KeyChecked: true},
+		{Buyer: "b2", Key: "n2", RequestHash: "h2", Quantity: 1, KeyChecked: true}, // twice in the batch
+		{Buyer: "b1", Key: "old2", RequestHash: "hash-old", Quantity: 1},           // unchecked, ordered before
+		{Buyer: "b3", Key: "n3", RequestHash: "h3", Quantity: 4},                   // unchecked, new
+		{Buyer: "b3", Key: "n3", RequestHash: "h3", Quantity: 1},                   // unchecked, twice in the batch
 	}
-	orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "KC", Items: items, Fence: 5, KeysChecked: true})
+	orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "KC", Items: items, Fence: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []error{nil, service.ErrDuplicateKey, nil, service.ErrDuplicateKey}
+	want := []error{nil, service.ErrDuplicateKey, nil, service.ErrDuplicateKey, service.ErrDuplicateKey, nil, service.ErrDuplicateKey}
 	for i, it := range items {
 		if (want[i] == nil) != (errs[i] == nil) || !errors.Is(errs[i], want[i]) {
 			t.Fatalf("item %d (%s/%s x%d) = %v; want %v", i, it.Buyer, it.Key, it.Quantity, errs[i], want[i])
@@ -557,11 +563,11 @@ func contractKeysChecked(t *testing.T, s ContractStore) {
 		}
 	}
 	after := mustStock(t, s, "KC")
-	if after.Available != 4 || after.Sold != 6 || after.Version <= before.Version {
-		t.Fatalf("stock after the batch = %+v; want 4 available, 6 sold, a new version", after)
+	if after.Available != 9 || after.Sold != 11 || after.Version <= before.Version {
+		t.Fatalf("stock after the batch = %+v; want 9 available, 11 sold, a new version", after)
 	}
-	if a := consistent(t, s, "KC"); a.Orders != 3 {
-		t.Fatalf("audit = %+v; want 3 orders", a)
+	if a := consistent(t, s, "KC"); a.Orders != 5 {
+		t.Fatalf("audit = %+v; want 5 orders", a)
 	}
 }
 

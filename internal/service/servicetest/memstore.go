@@ -71,7 +71,7 @@ type ledgerEntry struct {
 type Stats struct {
 	Deducts     map[service.Write]int // Deduct calls by Write mode
 	BatchSizes  []int                 // the item count of each DeductBatch call, in call order
-	KeysChecked []bool                // each DeductBatch call's Batch.KeysChecked, in call order
+	KeysChecked []int                 // each DeductBatch call's items with KeyChecked, in call order
 	SetStocks   int
 }
 
@@ -623,7 +623,13 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	}
 	m.mu.Lock()
 	m.stats.BatchSizes = append(m.stats.BatchSizes, len(b.Items))
-	m.stats.KeysChecked = append(m.stats.KeysChecked, b.KeysChecked)
+	checked := 0
+	for _, it := range b.Items {
+		if it.KeyChecked {
+			checked++
+		}
+	}
+	m.stats.KeysChecked = append(m.stats.KeysChecked, checked)
 	err := m.injected(true)
 	m.mu.Unlock()
 	if err != nil {
