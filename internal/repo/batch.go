@@ -36,7 +36,17 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 	if len(b.Items) == 1 { // one INSERT either way: skip the key read and the id read
 		return s.deductBatchRows(ctx, b)
 	}
-	orders, errs, err := s.deductBatchFast(ctx, b)
+	place := s.deductBatchFast
+	if s.multi != nil && s.consecutiveIDs {
+		place = func(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
+			orders, errs, err := s.deductBatchMulti(ctx, b)
+			if errors.Is(err, errNotMulti) {
+				return s.deductBatchFast(ctx, b)
+			}
+			return orders, errs, err
+		}
+	}
+	orders, errs, err := place(ctx, b)
 	if errors.Is(err, errKeyRace) && slices.ContainsFunc(b.Items, func(it service.BatchItem) bool { return it.KeyChecked }) {
 		// The caller's read came before the lock: a retry whose first
 		// attempt committed while this batch waited. Read every key now,
@@ -45,7 +55,7 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 		for i := range b.Items {
 			b.Items[i].KeyChecked = false
 		}
-		orders, errs, err = s.deductBatchFast(ctx, b)
+		orders, errs, err = place(ctx, b)
 	}
 	if errors.Is(err, errKeyRace) {
 		return s.deductBatchRows(ctx, b)
@@ -53,44 +63,65 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 	return orders, errs, err
 }
 
-// takenKeys reads which of the unchecked items' keys have an order, beside
-// the transaction's stock read; the channel gets the answer once. Nothing to
-// read: nil. The read's connection is taken here, before the caller's
-// transaction takes its own, so a transaction never waits for a read that
-// waits for the pool (with every connection held by such transactions, that
-// would hang until the deadline).
-func (s *Store) takenKeys(ctx context.Context, items []service.BatchItem) (<-chan keysRead, error) {
+// takenKeys starts the read of which of the unchecked items' keys have an
+// order, beside the transaction's stock read; its wait gives the answer,
+// and its done (deferred by the caller) waits for a read not waited for, so
+// its connection is back in the pool when the batch returns. The read's
+// connection is taken here, before the caller's transaction takes its own,
+// so a transaction never waits for a read that waits for the pool (with
+// every connection held by such transactions, that would hang until the
+// deadline).
+func (s *Store) takenKeys(ctx context.Context, items []service.BatchItem) (*keyRead, error) {
 	var keys []service.BuyerKey
 	for _, it := range items {
 		if !it.KeyChecked {
 			keys = append(keys, service.BuyerKey{Buyer: it.Buyer, Key: it.Key})
 		}
 	}
+	r := &keyRead{ctx: ctx, taken: map[service.BuyerKey]bool{}}
 	if len(keys) == 0 {
-		return nil, nil
+		return r, nil
 	}
 	conn, err := s.sql.Conn(ctx)
 	if err != nil {
 		return nil, translate(ctx, "read keys", err)
 	}
-	ch := make(chan keysRead, 1)
+	r.ch = make(chan error, 1)
 	go func() {
 		defer func() { _ = conn.Close() }()
 		db := s.db.WithContext(ctx)
 		db.Statement.ConnPool = conn // as gorm's DB.Connection does
 		found, err := ordersOfKeys(db, keys, "buyer", "idempotency_key")
-		taken := make(map[service.BuyerKey]bool, len(found)+len(items))
 		for _, f := range found {
-			taken[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
+			r.taken[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
 		}
-		ch <- keysRead{taken, err}
+		r.ch <- err
 	}()
-	return ch, nil
+	return r, nil
 }
 
-type keysRead struct {
+// keyRead is a read started by takenKeys.
+type keyRead struct {
+	ctx   context.Context
+	ch    chan error // nil: nothing to read
 	taken map[service.BuyerKey]bool
-	err   error
+}
+
+// wait returns the keys that have an order (taken gets the batch's own as
+// it is filled).
+func (r *keyRead) wait() (map[service.BuyerKey]bool, error) {
+	if r.ch == nil {
+		return r.taken, nil
+	}
+	err := <-r.ch
+	r.ch = nil
+	return r.taken, translate(r.ctx, "read keys", err)
+}
+
+func (r *keyRead) done() {
+	if r.ch != nil {
+		<-r.ch
+	}
 }
 
 var errKeyRace = errors.New("repo: a key of the batch was inserted concurrently")
@@ -123,63 +154,23 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 	if err != nil {
 		return nil, nil, err
 	}
-	if read != nil {
-		// Whatever ends the transaction, the read is waited for (and its
-		// connection back in the pool) before DeductBatch returns.
-		defer func() {
-			if read != nil {
-				<-read
-			}
-		}()
-	}
+	defer read.done()
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		orders, errs = make([]service.Order, len(b.Items)), make([]error, len(b.Items))
 		cur, err := readStock(tx, b.SKU, false)
 		if err != nil {
 			return err
 		}
-		taken := map[service.BuyerKey]bool{}
-		if read != nil {
-			r := <-read
-			read = nil
-			if r.err != nil {
-				return translate(ctx, "read keys", r.err)
-			}
-			taken = r.taken
+		taken, err := read.wait()
+		if err != nil {
+			return err
 		}
-		left, total := cur.Available, int64(0)
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		fence := b.Fence
-		var rows []orderModel
-		var placed []int
-		for i, it := range b.Items {
-			q := int64(it.Quantity)
-			k := service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
-			switch {
-			case q > left:
-				errs[i] = service.ErrSoldOut
-				continue
-			case taken[k]: // placed before, or earlier in this batch
-				errs[i] = service.ErrDuplicateKey
-				continue
-			}
-			if err := takeAllowance(tx, it.Buyer, b.SKU, q, cur.PerBuyerLimit, false); err != nil {
-				var le *service.LimitError
-				if errors.As(err, &le) {
-					errs[i] = err
-					continue
-				}
-				return err
-			}
-			taken[k] = true
-			left -= q
-			total += q
-			placed = append(placed, i)
-			rows = append(rows, orderModel{Buyer: it.Buyer, IdempotencyKey: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
-				Quantity: it.Quantity, Fence: &fence, CreatedAt: now})
-		}
-		if total == 0 {
-			return nil
+		rows, placed, total, err := fillBatch(b, cur, taken, now, errs, func(it service.BatchItem) error {
+			return takeAllowance(tx, it.Buyer, b.SKU, int64(it.Quantity), cur.PerBuyerLimit, false)
+		})
+		if err != nil || total == 0 {
+			return err
 		}
 		// One multi-row INSERT, numbered from its LastInsertId.
 		if err := s.insertOrders(tx, rows); err != nil {
@@ -207,6 +198,44 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 		return nil, nil, translate(ctx, "deduct batch", err)
 	}
 	return orders, errs, nil
+}
+
+// fillBatch fills the batch in order while stock lasts: per item it sets
+// errs[i] (sold out, a key placed before or earlier in the batch, or
+// allow's *service.LimitError) or makes its order row. It returns the rows,
+// the items they place, their total, and allow's other errors. taken gets
+// the placed keys.
+func fillBatch(b service.Batch, cur stockModel, taken map[service.BuyerKey]bool, now time.Time, errs []error,
+	allow func(service.BatchItem) error) (rows []orderModel, placed []int, total int64, err error) {
+	left := cur.Available
+	fence := b.Fence
+	for i, it := range b.Items {
+		q := int64(it.Quantity)
+		k := service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
+		switch {
+		case q > left:
+			errs[i] = service.ErrSoldOut
+			continue
+		case taken[k]: // placed before, or earlier in this batch
+			errs[i] = service.ErrDuplicateKey
+			continue
+		}
+		if err := allow(it); err != nil {
+			var le *service.LimitError
+			if errors.As(err, &le) {
+				errs[i] = err
+				continue
+			}
+			return nil, nil, 0, err
+		}
+		taken[k] = true
+		left -= q
+		total += q
+		placed = append(placed, i)
+		rows = append(rows, orderModel{Buyer: it.Buyer, IdempotencyKey: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
+			Quantity: it.Quantity, Fence: &fence, CreatedAt: now})
+	}
+	return rows, placed, total, nil
 }
 
 // KeysTaken reports, per key, whether it has an order: one read of the

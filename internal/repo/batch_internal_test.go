@@ -33,6 +33,9 @@ func openStoreConns(t *testing.T, conns int) *Store {
 		t.Fatal(err)
 	}
 	s.sql.SetMaxOpenConns(conns)
+	if s.multi != nil {
+		s.multi.SetMaxOpenConns(conns)
+	}
 	return s
 }
 
@@ -225,5 +228,61 @@ func concurrentBatches(t *testing.T, s *Store) {
 	}
 	if len(got) != skus*rounds*32 {
 		t.Fatalf("%d orders answered; want %d", len(got), skus*rounds*32)
+	}
+	// Each sale's ledger row names its own order (the multi-statement
+	// numbers them from LAST_INSERT_ID()), once.
+	var rows, orders, bad int64
+	if err := s.sql.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT o.id),
+		COALESCE(SUM(o.id IS NULL OR o.sku <> l.sku OR l.delta <> -CAST(o.quantity AS SIGNED)), 0)
+		FROM stock_ledger l LEFT JOIN orders o ON o.id = l.order_id WHERE l.kind = 'sale'`).Scan(&rows, &orders, &bad); err != nil {
+		t.Fatal(err)
+	}
+	if rows != int64(len(got)) || orders != rows || bad != 0 {
+		t.Fatalf("sale ledger rows %d naming %d distinct orders, %d not their order's; want %d, %d, 0", rows, orders, bad, len(got), len(got))
+	}
+}
+
+// The multi-statement batch whose stock row moved after its read (the lock
+// failed) matches no row with its versioned UPDATE: ErrConflict, and its
+// transaction is rolled back whole (no order, no ledger row), leaving its
+// connection fit for the next batch.
+func TestMultiBatchConflictRollsBack(t *testing.T) {
+	s := openStoreConns(t, 1)
+	if s.multi == nil {
+		t.Skip("the server does not number a statement's rows consecutively: no multi-statement batch")
+	}
+	s.multi.SetMaxOpenConns(1)
+	ctx := context.Background()
+	if _, err := s.SetStock(ctx, "MC", 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.afterStockRead = func() {
+		s.afterStockRead = nil
+		if _, err := s.SetStock(ctx, "MC", 50, 0); err != nil { // another writer, past a failed lock
+			t.Error(err)
+		}
+	}
+	if _, _, err := s.DeductBatch(ctx, service.Batch{SKU: "MC", Items: batchOf(3, "c"), Fence: 1}); !errors.Is(err, service.ErrConflict) {
+		t.Fatalf("DeductBatch after the row moved = %v; want ErrConflict", err)
+	}
+	var orders, sales int64
+	count := func() {
+		t.Helper()
+		if err := s.sql.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM orders WHERE sku = 'MC'), (SELECT COUNT(*) FROM stock_ledger WHERE sku = 'MC' AND kind = 'sale')").Scan(&orders, &sales); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if count(); orders != 0 || sales != 0 {
+		t.Fatalf("after the conflict: %d orders, %d sale ledger rows; want none", orders, sales)
+	}
+	if st, err := s.Stock(ctx, "MC"); err != nil || st.Available != 50 || st.Sold != 0 {
+		t.Fatalf("stock after the conflict = %+v, %v; want 50 available, none sold", st, err)
+	}
+	orders2, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "MC", Items: batchOf(3, "d"), Fence: 2})
+	if err != nil || errors.Join(errs...) != nil || orders2[2].ID != orders2[0].ID+2 {
+		t.Fatalf("the next batch on the same connection = %+v, %v, %v; want 3 orders", orders2, errs, err)
+	}
+	if count(); orders != 3 || sales != 3 {
+		t.Fatalf("after the next batch: %d orders, %d sale ledger rows; want 3 each", orders, sales)
 	}
 }

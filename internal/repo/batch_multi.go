@@ -1,0 +1,168 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// The batch in three round trips. deductBatchFast sends six statements on
+// its transaction (BEGIN, the stock read, two INSERTs, the UPDATE, COMMIT),
+// each a round trip paid while the SKU lock is held. deductBatchMulti sends
+// the same work as:
+//
+//  1. the stock read, on its own (the versioned UPDATE checks later that the
+//     row has not moved since), beside the read of the unchecked keys;
+//  2. one multi-statement: START TRANSACTION, the orders' INSERT, the ledger's
+//     INSERT (its order ids are LAST_INSERT_ID() + i: the server numbers one
+//     statement's rows consecutively, see Store.consecutiveIDs) and the
+//     versioned UPDATE;
+//  3. COMMIT, or ROLLBACK when the UPDATE matched no row or BeforeCommit
+//     failed.
+//
+// It runs on a pool of its own whose connections allow several statements
+// per query (the driver's multiStatements): every query sent on it is built
+// here from constant SQL and driver-escaped arguments. A batch with a
+// per-buyer limit (an upsert per order), or on a server that does not number
+// a statement's rows consecutively, takes deductBatchFast.
+
+// errNotMulti sends a batch to deductBatchFast after the stock read.
+var errNotMulti = errors.New("repo: the batch needs the per-statement path")
+
+func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
+	read, err := s.takenKeys(ctx, b.Items)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer read.done()
+	conn, err := s.multi.Conn(ctx)
+	if err != nil {
+		return nil, nil, translate(ctx, "deduct batch", err)
+	}
+	defer func() { _ = conn.Close() }()
+
+	var cur stockModel
+	err = conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit FROM stock WHERE sku = ?", b.SKU).
+		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil, service.ErrUnknownSKU
+	case err != nil:
+		return nil, nil, translate(ctx, "read stock", err)
+	case cur.PerBuyerLimit > 0:
+		return nil, nil, errNotMulti
+	}
+	if s.afterStockRead != nil {
+		s.afterStockRead()
+	}
+	taken, err := read.wait()
+	if err != nil {
+		return nil, nil, err
+	}
+	errs := make([]error, len(b.Items))
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	rows, placed, total, _ := fillBatch(b, cur, taken, now, errs, func(service.BatchItem) error { return nil })
+	orders := make([]service.Order, len(b.Items))
+	if total == 0 {
+		return orders, errs, nil
+	}
+
+	q, args := batchStatements(b.SKU, rows, cur.Version, total, now)
+	var res mysql.Result
+	err = conn.Raw(func(dc any) error {
+		r, err := dc.(driver.ExecerContext).ExecContext(ctx, q, args)
+		if err == nil {
+			res, _ = r.(mysql.Result)
+		}
+		return err
+	})
+	if err != nil {
+		rollback(ctx, conn)
+		if isDupEntry(err) {
+			return nil, nil, errKeyRace
+		}
+		return nil, nil, translate(ctx, "write batch", err)
+	}
+	ids, affected := res.AllLastInsertIds(), res.AllRowsAffected()
+	if len(ids) != 4 || len(affected) != 4 || affected[1] != int64(len(rows)) {
+		rollback(ctx, conn)
+		return nil, nil, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
+	}
+	if affected[3] == 0 {
+		rollback(ctx, conn)
+		return nil, nil, service.ErrConflict
+	}
+	if b.BeforeCommit != nil {
+		if err := b.BeforeCommit(); err != nil {
+			rollback(ctx, conn)
+			return nil, nil, err
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		rollback(ctx, conn)
+		return nil, nil, translate(ctx, "commit", err)
+	}
+	for j, i := range placed {
+		rows[j].ID = ids[1] + int64(j)
+		orders[i] = rows[j].order()
+	}
+	return orders, errs, nil
+}
+
+// batchStatements is the batch's multi-statement: START TRANSACTION, the
+// orders' INSERT, the ledger's INSERT numbered from LAST_INSERT_ID() (the
+// orders' first id) and the versioned UPDATE by total.
+func batchStatements(sku string, rows []orderModel, version, total int64, now time.Time) (string, []driver.NamedValue) {
+	var q strings.Builder
+	args := make([]driver.NamedValue, 0, len(rows)*11+8)
+	arg := func(v any) { args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: v}) }
+	q.Grow(len(rows)*60 + 400)
+	q.WriteString("START TRANSACTION; INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES ")
+	for i, r := range rows {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+		arg(r.Buyer)
+		arg(r.IdempotencyKey)
+		arg(r.RequestHash)
+		arg(r.SKU)
+		arg(int64(r.Quantity))
+		arg(*r.Fence)
+		arg(r.CreatedAt)
+	}
+	q.WriteString("; INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES ")
+	for i, r := range rows {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		fmt.Fprintf(&q, "(?, '%s', ?, LAST_INSERT_ID() + %d, ?)", kindSale, i)
+		arg(sku)
+		arg(-int64(r.Quantity))
+		arg(now)
+	}
+	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? WHERE sku = ? AND version = ? AND available >= ?")
+	arg(total)
+	arg(total)
+	arg(now)
+	arg(sku)
+	arg(version)
+	arg(total)
+	return q.String(), args
+}
+
+// rollback ends the connection's transaction; a connection that cannot is
+// dropped from the pool rather than handed on mid-transaction.
+func rollback(ctx context.Context, conn *sql.Conn) {
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
