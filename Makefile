@@ -107,5 +107,5 @@ demo-gates: build
 demo-wrk: build
 	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -phases wrk -out loadtest/report -wrk-doc docs/results/wrk.md -target demo-wrk $(DEMO_FLAGS)
 profile: build
-	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -tp-buyers 60000 \
+	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -tp-buyers 150000 \
 		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)
