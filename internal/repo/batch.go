@@ -86,7 +86,8 @@ func (s *Store) takenKeys(ctx context.Context, items []service.BatchItem) (*keyR
 	if err != nil {
 		return nil, translate(ctx, "read keys", err)
 	}
-	r.ch = make(chan error, 1)
+	ch := make(chan error, 1)
+	r.ch = ch
 	go func() {
 		defer func() { _ = conn.Close() }()
 		db := s.db.WithContext(ctx)
@@ -95,7 +96,8 @@ func (s *Store) takenKeys(ctx context.Context, items []service.BatchItem) (*keyR
 		for _, f := range found {
 			r.taken[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
 		}
-		r.ch <- err
+		ch <- err
+		close(ch)
 	}()
 	return r, nil
 }
@@ -118,9 +120,11 @@ func (r *keyRead) wait() (map[service.BuyerKey]bool, error) {
 	return r.taken, translate(r.ctx, "read keys", err)
 }
 
+// done waits for a read not waited for; its answer is no longer wanted.
 func (r *keyRead) done() {
 	if r.ch != nil {
-		<-r.ch
+		for range r.ch { //nolint:revive // drained, not used
+		}
 	}
 }
 
