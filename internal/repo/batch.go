@@ -38,13 +38,7 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 	}
 	place := s.deductBatchFast
 	if s.multi != nil && s.consecutiveIDs {
-		place = func(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
-			orders, errs, err := s.deductBatchMulti(ctx, b)
-			if errors.Is(err, errNotMulti) {
-				return s.deductBatchFast(ctx, b)
-			}
-			return orders, errs, err
-		}
+		place = s.deductBatchMulti
 	}
 	orders, errs, err := place(ctx, b)
 	if errors.Is(err, errKeyRace) && slices.ContainsFunc(b.Items, func(it service.BatchItem) bool { return it.KeyChecked }) {
@@ -89,10 +83,10 @@ func (s *Store) takenKeys(ctx context.Context, items []service.BatchItem) (*keyR
 	ch := make(chan error, 1)
 	r.ch = ch
 	go func() {
-		defer func() { _ = conn.Close() }()
 		db := s.db.WithContext(ctx)
 		db.Statement.ConnPool = conn // as gorm's DB.Connection does
 		found, err := ordersOfKeys(db, keys, "buyer", "idempotency_key")
+		_ = conn.Close() // back in the pool before the answer
 		for _, f := range found {
 			r.taken[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
 		}
@@ -152,14 +146,19 @@ func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, version, total int64, 
 }
 
 func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
-	var orders []service.Order
-	var errs []error
 	read, err := s.takenKeys(ctx, b.Items)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer read.done()
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	return s.deductBatchRead(ctx, b, read)
+}
+
+// deductBatchRead is deductBatchFast with the key read begun.
+func (s *Store) deductBatchRead(ctx context.Context, b service.Batch, read *keyRead) ([]service.Order, []error, error) {
+	var orders []service.Order
+	var errs []error
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		orders, errs = make([]service.Order, len(b.Items)), make([]error, len(b.Items))
 		cur, err := readStock(tx, b.SKU, false)
 		if err != nil {

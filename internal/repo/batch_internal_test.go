@@ -120,11 +120,21 @@ func TestBatchStatementsAreFlat(t *testing.T) {
 // transaction. That read takes its connection before the transaction does,
 // so batches never wait for each other's reads in a full pool: with one
 // connection, or two for eight SKUs' batches at once, every batch is placed
-// long before its deadline.
+// long before its deadline, on the gorm transaction (whose connection comes
+// from the same pool as the read's) and on the multi-statement's pool.
 func TestBatchKeyReadsDoNotStarveThePool(t *testing.T) {
-	for _, conns := range []int{1, 2} {
-		t.Run(fmt.Sprint("conns=", conns), func(t *testing.T) {
+	for _, c := range []struct {
+		conns int
+		multi bool
+	}{{1, false}, {2, false}, {1, true}, {2, true}} {
+		t.Run(fmt.Sprintf("conns=%d,multi=%v", c.conns, c.multi), func(t *testing.T) {
+			conns := c.conns
 			s := openStoreConns(t, conns)
+			if !c.multi {
+				s.multi = nil
+			} else if s.multi == nil {
+				t.Skip("the server does not number a statement's rows consecutively: no multi-statement batch")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			const skus, rounds = 8, 5
@@ -166,19 +176,23 @@ func TestBatchKeyReadsDoNotStarveThePool(t *testing.T) {
 // Concurrent batches of several SKUs each get back the ids of their own
 // orders: numbered from the multi-row INSERT's LastInsertId where the server
 // promises consecutive ids (this MariaDB: innodb_autoinc_lock_mode 1), read
-// back by buyer and key where it does not.
+// back by buyer and key where it does not; on the multi-statement path and
+// on the gorm transaction (its INSERTs by gorm's Create or lean).
 func TestConcurrentBatchesGetTheirOwnIDs(t *testing.T) {
-	for _, consecutive := range []bool{true, false} {
-		for _, lean := range []bool{true, false} {
-			t.Run(fmt.Sprintf("consecutive=%v,lean=%v", consecutive, lean), func(t *testing.T) {
-				s := openStore(t)
-				if consecutive && !s.consecutiveIDs {
-					t.Skip("the server does not promise consecutive ids (innodb_autoinc_lock_mode 2 or auto_increment_increment > 1)")
-				}
-				s.consecutiveIDs, s.leanInserts = consecutive, lean
-				concurrentBatches(t, s)
-			})
-		}
+	for _, c := range []struct{ consecutive, multi, lean bool }{
+		{true, true, true}, {true, false, true}, {true, false, false}, {false, false, true}, {false, false, false},
+	} {
+		t.Run(fmt.Sprintf("consecutive=%v,multi=%v,lean=%v", c.consecutive, c.multi, c.lean), func(t *testing.T) {
+			s := openStore(t)
+			if c.consecutive && !s.consecutiveIDs {
+				t.Skip("the server does not promise consecutive ids (innodb_autoinc_lock_mode 2 or auto_increment_increment > 1)")
+			}
+			s.consecutiveIDs, s.leanInserts = c.consecutive, c.lean
+			if !c.multi {
+				s.multi = nil
+			}
+			concurrentBatches(t, s)
+		})
 	}
 }
 
@@ -244,8 +258,9 @@ func concurrentBatches(t *testing.T, s *Store) {
 
 // The multi-statement batch whose stock row moved after its read (the lock
 // failed) matches no row with its versioned UPDATE: ErrConflict, and its
-// transaction is rolled back whole (no order, no ledger row), leaving its
-// connection fit for the next batch.
+// transaction is rolled back whole (no order, no ledger row), as it is when
+// BeforeCommit fails or panics, leaving its connection (the pool's only one)
+// fit for the next batch.
 func TestMultiBatchConflictRollsBack(t *testing.T) {
 	s := openStoreConns(t, 1)
 	if s.multi == nil {
@@ -277,6 +292,25 @@ func TestMultiBatchConflictRollsBack(t *testing.T) {
 	}
 	if st, err := s.Stock(ctx, "MC"); err != nil || st.Available != 50 || st.Sold != 0 {
 		t.Fatalf("stock after the conflict = %+v, %v; want 50 available, none sold", st, err)
+	}
+	// BeforeCommit refusing (the lock was lost), or panicking: rolled back
+	// too, on the pool's one connection.
+	hookErr := errors.New("lock lost")
+	if _, _, err := s.DeductBatch(ctx, service.Batch{SKU: "MC", Items: batchOf(3, "e"), Fence: 2,
+		BeforeCommit: func() error { return hookErr }}); !errors.Is(err, hookErr) {
+		t.Fatalf("DeductBatch with a failing BeforeCommit = %v; want its error", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("a panic in BeforeCommit did not reach the caller")
+			}
+		}()
+		_, _, _ = s.DeductBatch(ctx, service.Batch{SKU: "MC", Items: batchOf(3, "p"), Fence: 2,
+			BeforeCommit: func() error { panic("hook") }})
+	}()
+	if count(); orders != 0 || sales != 0 {
+		t.Fatalf("after a failing and a panicking BeforeCommit: %d orders, %d sale ledger rows; want none", orders, sales)
 	}
 	orders2, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "MC", Items: batchOf(3, "d"), Fence: 2})
 	if err != nil || errors.Join(errs...) != nil || orders2[2].ID != orders2[0].ID+2 {

@@ -32,10 +32,8 @@ import (
 // per query (the driver's multiStatements): every query sent on it is built
 // here from constant SQL and driver-escaped arguments. A batch with a
 // per-buyer limit (an upsert per order), or on a server that does not number
-// a statement's rows consecutively, takes deductBatchFast.
-
-// errNotMulti sends a batch to deductBatchFast after the stock read.
-var errNotMulti = errors.New("repo: the batch needs the per-statement path")
+// a statement's rows consecutively, takes deductBatchFast (for the limit,
+// with the key read already begun).
 
 func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	read, err := s.takenKeys(ctx, b.Items)
@@ -57,8 +55,8 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]servic
 		return nil, nil, service.ErrUnknownSKU
 	case err != nil:
 		return nil, nil, translate(ctx, "read stock", err)
-	case cur.PerBuyerLimit > 0:
-		return nil, nil, errNotMulti
+	case cur.PerBuyerLimit > 0: // an upsert per order: the gorm transaction, with the key read begun here
+		return s.deductBatchRead(ctx, b, read)
 	}
 	if s.afterStockRead != nil {
 		s.afterStockRead()
@@ -76,40 +74,49 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]servic
 	}
 
 	q, args := batchStatements(b.SKU, rows, cur.Version, total, now)
+	// From START TRANSACTION to COMMIT, any way out (an error, a panic in
+	// BeforeCommit) rolls back: the connection never goes back to the pool
+	// inside the batch's transaction.
+	open := true
+	defer func() {
+		if open {
+			rollback(ctx, conn)
+		}
+	}()
 	var res mysql.Result
 	err = conn.Raw(func(dc any) error {
 		r, err := dc.(driver.ExecerContext).ExecContext(ctx, q, args)
-		if err == nil {
-			res, _ = r.(mysql.Result)
+		if err != nil {
+			return err
 		}
-		return err
+		var ok bool
+		if res, ok = r.(mysql.Result); !ok {
+			return fmt.Errorf("repo: the driver's result %T gives no per-statement results", r)
+		}
+		return nil
 	})
 	if err != nil {
-		rollback(ctx, conn)
 		if isDupEntry(err) {
 			return nil, nil, errKeyRace
 		}
 		return nil, nil, translate(ctx, "write batch", err)
 	}
 	ids, affected := res.AllLastInsertIds(), res.AllRowsAffected()
-	if len(ids) != 4 || len(affected) != 4 || affected[1] != int64(len(rows)) {
-		rollback(ctx, conn)
+	switch {
+	case len(ids) != 4 || len(affected) != 4 || affected[1] != int64(len(rows)):
 		return nil, nil, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
-	}
-	if affected[3] == 0 {
-		rollback(ctx, conn)
+	case affected[3] == 0:
 		return nil, nil, service.ErrConflict
 	}
 	if b.BeforeCommit != nil {
 		if err := b.BeforeCommit(); err != nil {
-			rollback(ctx, conn)
 			return nil, nil, err
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		rollback(ctx, conn)
 		return nil, nil, translate(ctx, "commit", err)
 	}
+	open = false
 	for j, i := range placed {
 		rows[j].ID = ids[1] + int64(j)
 		orders[i] = rows[j].order()
