@@ -229,17 +229,7 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	}
 	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
 	release()
-	for i, ch := range waiting {
-		p := <-ch
-		switch {
-		case p.err != nil:
-			t.Fatalf("order %d = %v", i, p.err)
-		case i == 1 && (!p.replayed || p.o.ID != first.ID):
-			t.Fatalf("the replay = %+v, replayed %v; want order %d back", p.o, p.replayed, first.ID)
-		case i != 1 && p.replayed:
-			t.Fatalf("order %d was answered as a replay", i)
-		}
-	}
+	answersWithReplay(t, waiting, reqs, 1, first.ID)
 	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 2}) {
 		t.Fatalf("batch sizes %v; want [1 2]: the leader, then the line without its replay", got)
 	}
@@ -341,16 +331,8 @@ func TestCombinerTakesTheLineInOnceLocked(t *testing.T) {
 			h, lead, waiting := u.lineUpWaiting(t, background(len(reqs)), reqs)
 			u.release(t, h, lead)
 			fences := map[int64]int{}
-			for i, ch := range waiting {
-				p := <-ch
-				switch {
-				case p.err != nil:
-					t.Fatalf("order %d = %v", i, p.err)
-				case i == 1 && (!p.replayed || p.o.ID != first.ID):
-					t.Fatalf("the replay = %+v, replayed %v; want order %d back", p.o, p.replayed, first.ID)
-				case i != 1 && (p.replayed || p.o.Key != reqs[i].Key || p.o.Fence == nil):
-					t.Fatalf("order %d = %+v, replayed %v; want its own new order with a fence", i, p.o, p.replayed)
-				case i != 1:
+			for i, p := range answersWithReplay(t, waiting, reqs, 1, first.ID) {
+				if i != 1 {
 					fences[*p.o.Fence]++
 				}
 			}
@@ -366,4 +348,24 @@ func TestCombinerTakesTheLineInOnceLocked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// answersWithReplay receives the answers of reqs: the one at replay must be
+// order firstID given back, every other its own new order with a fence.
+func answersWithReplay(t *testing.T, waiting []<-chan placed, reqs []service.PlaceRequest, replay int, firstID int64) []placed {
+	t.Helper()
+	out := make([]placed, len(waiting))
+	for i, ch := range waiting {
+		p := <-ch
+		switch {
+		case p.err != nil:
+			t.Fatalf("order %d = %v", i, p.err)
+		case i == replay && (!p.replayed || p.o.ID != firstID):
+			t.Fatalf("the replay = %+v, replayed %v; want order %d back", p.o, p.replayed, firstID)
+		case i != replay && (p.replayed || p.o.Key != reqs[i].Key || p.o.Fence == nil):
+			t.Fatalf("order %d = %+v, replayed %v; want its own new order with a fence", i, p.o, p.replayed)
+		}
+		out[i] = p
+	}
+	return out
 }
