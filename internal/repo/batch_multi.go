@@ -34,7 +34,6 @@ import (
 // per-buyer limit (an upsert per order), or on a server that does not number
 // a statement's rows consecutively, takes deductBatchFast (for the limit,
 // with the key read already begun).
-
 func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	read, err := s.takenKeys(ctx, b.Items)
 	if err != nil {
@@ -56,6 +55,7 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]servic
 	case err != nil:
 		return nil, nil, translate(ctx, "read stock", err)
 	case cur.PerBuyerLimit > 0: // an upsert per order: the gorm transaction, with the key read begun here
+		_ = conn.Close() // not held beside the transaction's connection
 		return s.deductBatchRead(ctx, b, read)
 	}
 	if s.afterStockRead != nil {

@@ -220,13 +220,7 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	t.Parallel()
 	u, g := newLineUnit(t, service.Config{BatchMax: 64})
-	u.setStock(t, u.sku, 100, 0)
-	first := u.place(t, "b1", "placed", u.sku, 2)
-	reqs := []service.PlaceRequest{
-		{Buyer: "b2", Key: "k1", SKU: u.sku, Quantity: 1},
-		{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
-		{Buyer: "b3", Key: "k2", SKU: u.sku, Quantity: 1},
-	}
+	first, reqs := u.replayLine(t, 1, 1)
 	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
 	release()
 	answersWithReplay(t, waiting, reqs, 1, first.ID)
@@ -319,15 +313,7 @@ func TestCombinerTakesTheLineInOnceLocked(t *testing.T) {
 		t.Run(fmt.Sprint("BatchMax=", tc.batchMax), func(t *testing.T) {
 			t.Parallel()
 			u := newUnit(t, service.Config{BatchMax: tc.batchMax})
-			u.setStock(t, u.sku, 100, 0)
-			first := u.place(t, "b1", "placed", u.sku, 2)
-			reqs := []service.PlaceRequest{
-				{Buyer: "b2", Key: "k1", SKU: u.sku, Quantity: 1},
-				{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
-				{Buyer: "b3", Key: "k2", SKU: u.sku, Quantity: 3},
-				{Buyer: "b4", Key: "k3", SKU: u.sku, Quantity: 1},
-				{Buyer: "b5", Key: "k4", SKU: u.sku, Quantity: 2},
-			}
+			first, reqs := u.replayLine(t, 1, 3, 1, 2)
 			h, lead, waiting := u.lineUpWaiting(t, background(len(reqs)), reqs)
 			u.release(t, h, lead)
 			fences := map[int64]int{}
@@ -368,4 +354,21 @@ func answersWithReplay(t *testing.T, waiting []<-chan placed, reqs []service.Pla
 		out[i] = p
 	}
 	return out
+}
+
+// replayLine stocks 100 units, places b1's order "placed" of 2, and returns
+// it with a line of new orders of quantities qs (buyer b2, b3, ..., keys k1,
+// k2, ...) with b1's replay of "placed" second.
+func (u *unit) replayLine(t *testing.T, qs ...int) (service.Order, []service.PlaceRequest) {
+	t.Helper()
+	u.setStock(t, u.sku, 100, 0)
+	first := u.place(t, "b1", "placed", u.sku, 2)
+	var reqs []service.PlaceRequest
+	for i, q := range qs {
+		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprint("b", i+2), Key: fmt.Sprint("k", i+1), SKU: u.sku, Quantity: q})
+		if i == 0 {
+			reqs = append(reqs, service.PlaceRequest{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}) // a replay
+		}
+	}
+	return first, reqs
 }
