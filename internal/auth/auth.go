@@ -36,13 +36,12 @@ type Config struct {
 	Audience  string           // required in aud, if set
 	Leeway    time.Duration    // clock skew allowed on exp, nbf and iat (default 30s)
 	// CacheSize bounds the verified tokens remembered (0: none; at least 2
-	// otherwise). A token
-	// seen again within its validity skips the parse and the signature
-	// check: a buyer's retries and polls, and with EdDSA or RS256 most of a
-	// request's CPU. Entries are keyed by the SHA-256 of the whole token
-	// and hold its sub, nbf and exp, so a hit is still refused once exp
-	// plus Leeway has passed (an entry stays until its generation is
-	// dropped). Failures are never remembered.
+	// otherwise). A token seen again within its validity skips the parse
+	// and the signature check: a buyer's retries and polls, and with EdDSA
+	// or RS256 most of a request's CPU. Entries are keyed by the SHA-256 of
+	// the whole token and hold its sub, nbf and exp, so a hit is still
+	// refused once exp plus Leeway has passed (an entry stays until its
+	// generation is dropped). Failures are never remembered.
 	CacheSize int
 	Now       func() time.Time // the clock (default time.Now); tests set it
 }
@@ -140,9 +139,9 @@ type verified struct {
 }
 
 // tokenCache remembers up to size (at least 2) verified tokens in two
-// generations of size/2, grown as tokens arrive: when the current one fills up it becomes the previous one (the
-// older generation is dropped), and a hit in the previous one moves the
-// entry forward. So tokens in use stay and the memory is bounded, without a
+// generations of size/2, grown as tokens arrive: when the current one fills
+// up it becomes the previous one (the older generation is dropped), and a
+// hit in the previous one moves the entry forward. So tokens in use stay and the memory is bounded, without a
 // list to keep in order.
 type tokenCache struct {
 	mu        sync.Mutex

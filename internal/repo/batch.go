@@ -85,11 +85,9 @@ func (s *Store) takenKeys(ctx context.Context, items []service.BatchItem) (*keyR
 	go func() {
 		db := s.db.WithContext(ctx)
 		db.Statement.ConnPool = conn // as gorm's DB.Connection does
-		found, err := ordersOfKeys(db, keys, "buyer", "idempotency_key")
+		taken, err := keysWithOrders(db, keys)
 		_ = conn.Close() // back in the pool before the answer
-		for _, f := range found {
-			r.taken[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
-		}
+		r.taken = taken
 		ch <- err
 		close(ch)
 	}()
@@ -151,18 +149,25 @@ func (s *Store) deductBatchFast(ctx context.Context, b service.Batch) ([]service
 		return nil, nil, err
 	}
 	defer read.done()
-	return s.deductBatchRead(ctx, b, read)
+	return s.deductBatchRead(ctx, b, read, nil)
 }
 
-// deductBatchRead is deductBatchFast with the key read begun.
-func (s *Store) deductBatchRead(ctx context.Context, b service.Batch, read *keyRead) ([]service.Order, []error, error) {
+// deductBatchRead is deductBatchFast with the key read begun and, if stock
+// is not nil, the stock row read already (outside the transaction, as the
+// multi-statement batch reads it: the versioned UPDATE checks it).
+func (s *Store) deductBatchRead(ctx context.Context, b service.Batch, read *keyRead, stock *stockModel) ([]service.Order, []error, error) {
 	var orders []service.Order
 	var errs []error
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		orders, errs = make([]service.Order, len(b.Items)), make([]error, len(b.Items))
-		cur, err := readStock(tx, b.SKU, false)
-		if err != nil {
-			return err
+		var cur stockModel
+		if stock != nil {
+			cur = *stock
+		} else {
+			var err error
+			if cur, err = readStock(tx, b.SKU, false); err != nil {
+				return err
+			}
 		}
 		taken, err := read.wait()
 		if err != nil {
@@ -247,19 +252,25 @@ func (s *Store) KeysTaken(ctx context.Context, keys []service.BuyerKey) ([]bool,
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	found, err := ordersOfKeys(s.db.WithContext(ctx), keys, "buyer", "idempotency_key")
+	has, err := keysWithOrders(s.db.WithContext(ctx), keys)
 	if err != nil {
 		return nil, translate(ctx, "read keys", err)
-	}
-	has := make(map[service.BuyerKey]bool, len(found))
-	for _, f := range found {
-		has[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
 	}
 	taken := make([]bool, len(keys))
 	for i, k := range keys {
 		taken[i] = has[k]
 	}
 	return taken, nil
+}
+
+// keysWithOrders reads which of keys have an order, as a set.
+func keysWithOrders(db *gorm.DB, keys []service.BuyerKey) (map[service.BuyerKey]bool, error) {
+	found, err := ordersOfKeys(db, keys, "buyer", "idempotency_key")
+	has := make(map[service.BuyerKey]bool, len(found))
+	for _, f := range found {
+		has[service.BuyerKey{Buyer: f.Buyer, Key: f.IdempotencyKey}] = true
+	}
+	return has, err
 }
 
 // ordersOfKeys reads the columns of the orders of keys by the unique
@@ -371,11 +382,7 @@ func (s *Store) insertOrders(tx *gorm.DB, rows []orderModel) error {
 	if !s.leanInserts {
 		return tx.Create(&rows).Error
 	}
-	q, args := multiInsert("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at)", len(rows), 7,
-		func(i int, args []any) []any {
-			r := rows[i]
-			return append(args, r.Buyer, r.IdempotencyKey, r.RequestHash, r.SKU, r.Quantity, r.Fence, r.CreatedAt)
-		})
+	q, args := ordersInsert(rows)
 	res, err := tx.Statement.ConnPool.ExecContext(tx.Statement.Context, q, args...)
 	if err != nil {
 		return err
@@ -388,6 +395,15 @@ func (s *Store) insertOrders(tx *gorm.DB, rows []orderModel) error {
 		rows[i].ID = first + int64(i)
 	}
 	return nil
+}
+
+// ordersInsert is the multi-row INSERT of rows, with its arguments.
+func ordersInsert(rows []orderModel) (string, []any) {
+	return multiInsert("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at)", len(rows), 7,
+		func(i int, args []any) []any {
+			r := rows[i]
+			return append(args, r.Buyer, r.IdempotencyKey, r.RequestHash, r.SKU, r.Quantity, r.Fence, r.CreatedAt)
+		})
 }
 
 // insertLedger inserts the ledger rows in one multi-row INSERT, as

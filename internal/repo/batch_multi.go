@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ import (
 // here from constant SQL and driver-escaped arguments. A batch with a
 // per-buyer limit (an upsert per order), or on a server that does not number
 // a statement's rows consecutively, takes deductBatchFast (for the limit,
-// with the key read already begun).
+// with the stock row read and the key read begun here).
 func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	read, err := s.takenKeys(ctx, b.Items)
 	if err != nil {
@@ -56,7 +57,7 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]servic
 		return nil, nil, translate(ctx, "read stock", err)
 	case cur.PerBuyerLimit > 0: // an upsert per order: the gorm transaction, with the key read begun here
 		_ = conn.Close() // not held beside the transaction's connection
-		return s.deductBatchRead(ctx, b, read)
+		return s.deductBatchRead(ctx, b, read, &cur)
 	}
 	if s.afterStockRead != nil {
 		s.afterStockRead()
@@ -73,7 +74,10 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]servic
 		return orders, errs, nil
 	}
 
-	q, args := batchStatements(b.SKU, rows, cur.Version, total, now)
+	q, args, err := batchStatements(b.SKU, rows, cur.Version, total, now)
+	if err != nil {
+		return nil, nil, err
+	}
 	// From START TRANSACTION to COMMIT, any way out (an error, a panic in
 	// BeforeCommit) rolls back: the connection never goes back to the pool
 	// inside the batch's transaction.
@@ -127,43 +131,35 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch) ([]servic
 // batchStatements is the batch's multi-statement: START TRANSACTION, the
 // orders' INSERT, the ledger's INSERT numbered from LAST_INSERT_ID() (the
 // orders' first id) and the versioned UPDATE by total.
-func batchStatements(sku string, rows []orderModel, version, total int64, now time.Time) (string, []driver.NamedValue) {
+func batchStatements(sku string, rows []orderModel, version, total int64, now time.Time) (string, []driver.NamedValue, error) {
+	insert, values := ordersInsert(rows)
 	var q strings.Builder
-	args := make([]driver.NamedValue, 0, len(rows)*11+8)
-	arg := func(v any) { args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: v}) }
-	q.Grow(len(rows)*60 + 400)
-	q.WriteString("START TRANSACTION; INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at) VALUES ")
-	for i, r := range rows {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-		arg(r.Buyer)
-		arg(r.IdempotencyKey)
-		arg(r.RequestHash)
-		arg(r.SKU)
-		arg(int64(r.Quantity))
-		arg(*r.Fence)
-		arg(r.CreatedAt)
-	}
+	q.Grow(len(insert) + len(rows)*40 + 300)
+	q.WriteString("START TRANSACTION; ")
+	q.WriteString(insert)
 	q.WriteString("; INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES ")
 	for i, r := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		fmt.Fprintf(&q, "(?, '%s', ?, LAST_INSERT_ID() + %d, ?)", kindSale, i)
-		arg(sku)
-		arg(-int64(r.Quantity))
-		arg(now)
+		q.WriteString("(?, '" + kindSale + "', ?, LAST_INSERT_ID() + ")
+		q.WriteString(strconv.Itoa(i))
+		q.WriteString(", ?)")
+		values = append(values, sku, -int64(r.Quantity), now)
 	}
 	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? WHERE sku = ? AND version = ? AND available >= ?")
-	arg(total)
-	arg(total)
-	arg(now)
-	arg(sku)
-	arg(version)
-	arg(total)
-	return q.String(), args
+	values = append(values, total, total, now, sku, version, total)
+	// Sent to the driver itself (conn.Raw), past database/sql's conversion
+	// of arguments: the same conversion here (an int, a *int64).
+	args := make([]driver.NamedValue, len(values))
+	for i, v := range values {
+		dv, err := driver.DefaultParameterConverter.ConvertValue(v)
+		if err != nil {
+			return "", nil, fmt.Errorf("repo: argument %d of the batch: %w", i+1, err)
+		}
+		args[i] = driver.NamedValue{Ordinal: i + 1, Value: dv}
+	}
+	return q.String(), args, nil
 }
 
 // rollback ends the connection's transaction; a connection that cannot is
