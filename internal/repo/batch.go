@@ -14,9 +14,11 @@ import (
 )
 
 // DeductBatch places several orders of one SKU in one transaction: it reads
-// the stock row and, beside it on another connection, which of the items'
-// keys the caller did not check (BatchItem.KeyChecked) have an order
-// already; fills the orders in order while stock lasts, inserts them in one
+// the stock row; checks which of the items' keys the caller did not check
+// (BatchItem.KeyChecked) have an order already (on the multi-statement path
+// the unique index checks them first, and a read only follows a key that
+// fails it; otherwise a read beside the stock read, on another connection);
+// fills the orders in order while stock lasts, inserts them in one
 // statement, writes their ledger rows in one, and ends with one versioned
 // UPDATE by the total: a handful of round trips whatever the batch size.
 // It returns per item the order, or service.ErrSoldOut, a
@@ -38,23 +40,41 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 	}
 	place := s.deductBatchFast
 	if s.multi != nil && s.consecutiveIDs {
-		place = s.deductBatchMulti
+		// First with the unique index as the check of the keys the caller
+		// did not read: a key that has an order fails the INSERT as a
+		// whole, and the batch is placed again with every key read. A
+		// replay is rare in a flood of new keys, so the read stays out of
+		// the lock's hold until one comes.
+		orders, errs, err := s.deductBatchMulti(ctx, b, true)
+		if !errors.Is(err, errKeyRace) {
+			return orders, errs, err
+		}
+		b = everyKeyUnread(b)
+		place = func(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
+			return s.deductBatchMulti(ctx, b, false)
+		}
 	}
 	orders, errs, err := place(ctx, b)
 	if errors.Is(err, errKeyRace) && slices.ContainsFunc(b.Items, func(it service.BatchItem) bool { return it.KeyChecked }) {
 		// The caller's read came before the lock: a retry whose first
 		// attempt committed while this batch waited. Read every key now,
 		// under the lock, where such a race is all but impossible.
-		b.Items = slices.Clone(b.Items)
-		for i := range b.Items {
-			b.Items[i].KeyChecked = false
-		}
+		b = everyKeyUnread(b)
 		orders, errs, err = place(ctx, b)
 	}
 	if errors.Is(err, errKeyRace) {
 		return s.deductBatchRows(ctx, b)
 	}
 	return orders, errs, err
+}
+
+// everyKeyUnread is b with none of its keys marked read by the caller.
+func everyKeyUnread(b service.Batch) service.Batch {
+	b.Items = slices.Clone(b.Items)
+	for i := range b.Items {
+		b.Items[i].KeyChecked = false
+	}
+	return b
 }
 
 // takenKeys starts the read of which of the unchecked items' keys have an

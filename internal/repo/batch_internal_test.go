@@ -116,6 +116,62 @@ func TestBatchStatementsAreFlat(t *testing.T) {
 	}
 }
 
+// On the multi-statement path the unique index checks the keys the caller
+// did not read: a batch of new keys is three queries (the stock read, the
+// multi-statement, COMMIT), with no key read under the lock. A key that has
+// an order fails that INSERT; the batch is rolled back and placed again
+// with every key read (in the stock read's query), and the replay is still
+// answered as one, alone.
+func TestMultiBatchChecksKeysByIndex(t *testing.T) {
+	s := openCounted(t)
+	if s.multi == nil {
+		t.Skip("the server does not number a statement's rows consecutively: no multi-statement batch")
+	}
+	ctx := context.Background()
+	if _, err := s.SetStock(ctx, "IX", 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	place := func(items []service.BatchItem) ([]service.Order, []error, int64) {
+		t.Helper()
+		before := queries.Load()
+		orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "IX", Items: items, Fence: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return orders, errs, queries.Load() - before
+	}
+	first := batchOf(8, "n")
+	orders, errs, sent := place(first)
+	if err := errors.Join(errs...); err != nil || sent != 3 {
+		t.Fatalf("a batch of 8 new keys = %v in %d queries; want every order placed in 3", err, sent)
+	}
+
+	again := batchOf(8, "m")
+	again[5] = first[2] // a replay of an order placed above, unread by the caller
+	_, errs, sent = place(again)
+	for i := range again {
+		if want := i == 5; errors.Is(errs[i], service.ErrDuplicateKey) != want || (errs[i] == nil) == want {
+			t.Fatalf("item %d of the batch with a replay = %v; want a duplicate for item 5 alone", i, errs[i])
+		}
+	}
+	// stock read, failed multi-statement, ROLLBACK; stock and key read,
+	// multi-statement, COMMIT
+	if sent != 6 {
+		t.Fatalf("the batch with a replay took %d queries; want 6", sent)
+	}
+	if got, err := s.OrderByKey(ctx, "b", first[2].Key); err != nil || got.ID != orders[2].ID {
+		t.Fatalf("the replayed key's order = %+v, %v; want the first batch's (id %d)", got, err, orders[2].ID)
+	}
+	st, err := s.Stock(ctx, "IX")
+	if err != nil || st.Sold != 15 || st.Available != 85 || st.Version != 3 {
+		t.Fatalf("stock after both batches = %+v, %v; want 15 sold, 85 left, version 3 (a bump per batch)", st, err)
+	}
+	var ledger int64
+	if err := s.sql.QueryRowContext(ctx, "SELECT COUNT(*) FROM stock_ledger l JOIN orders o ON o.id = l.order_id WHERE l.sku = 'IX' AND l.kind = 'sale'").Scan(&ledger); err != nil || ledger != 15 {
+		t.Fatalf("sale ledger rows joined to their orders = %d, %v; want 15", ledger, err)
+	}
+}
+
 // A batch reads its unchecked keys on a connection of its own beside its
 // transaction. That read takes its connection before the transaction does,
 // so batches never wait for each other's reads in a full pool: with one

@@ -131,7 +131,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	// The orders that joined the line while this batch read its keys and
 	// waited for the lock go in too (up to BatchMax): they would otherwise
 	// wait a whole round of the lock for the next batch. Their keys are
-	// unread; the store reads them beside its stock read.
+	// unread; the store checks them (DeductBatch).
 	checked := 0
 	if keysChecked {
 		checked = len(batch)
