@@ -17,10 +17,12 @@ import (
 // the stock row; checks which of the items' keys the caller did not check
 // (BatchItem.KeyChecked) have an order already (on the multi-statement path
 // the unique index checks them first, and a read only follows a key that
-// fails it; otherwise a read beside the stock read, on another connection);
-// fills the orders in order while stock lasts, inserts them in one
-// statement, writes their ledger rows in one, and ends with one versioned
-// UPDATE by the total: a handful of round trips whatever the batch size.
+// fails it, unless the SKU has a per-buyer limit, whose keys are read
+// before any limit is counted; otherwise a read beside the stock read, on
+// another connection); fills the orders in order while stock lasts,
+// inserts them in one statement, writes their ledger rows in one, and ends
+// with one versioned UPDATE by the total (first, on the multi-statement
+// path): a handful of round trips whatever the batch size.
 // It returns per item the order, or service.ErrSoldOut, a
 // *service.LimitError or service.ErrDuplicateKey; its error
 // (service.ErrConflict, service.ErrUnknownSKU, an error wrapping
@@ -32,8 +34,9 @@ import (
 // back by (buyer, key) otherwise. When another instance inserts one of the
 // keys between the read and the INSERT (a replay racing its first attempt),
 // the statement fails as a whole; the batch is then placed again in a new
-// transaction: with every key read again if the caller had read some, and
-// order by order, where only that order is skipped, if that races too.
+// transaction: with every key read (on the six-statement path, if the
+// caller had read some), and order by order, where only that order is
+// skipped, if that races too.
 func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	if len(b.Items) == 1 { // one INSERT either way: skip the key read and the id read
 		return s.deductBatchRows(ctx, b)
@@ -78,7 +81,7 @@ func everyKeyUnread(b service.Batch) service.Batch {
 }
 
 // takenKeys starts the read of which of the unchecked items' keys have an
-// order, beside the transaction's stock read; its wait gives the answer,
+// order, beside the transaction's start and stock read; its wait gives the answer,
 // and its done (deferred by the caller) waits for a read not waited for, so
 // its connection is back in the pool when the batch returns. The read's
 // connection is taken here, before the caller's transaction takes its own,

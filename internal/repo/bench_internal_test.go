@@ -89,7 +89,7 @@ func deductReplaying(ctx context.Context, s *Store, bt service.Batch) error {
 		return err
 	}
 	if !errors.Is(errs[last], service.ErrDuplicateKey) {
-		return fmt.Errorf("the replayed key = %v; want a duplicate", errs[last])
+		return fmt.Errorf("the replayed key = %w; want a duplicate", errs[last])
 	}
 	return errors.Join(errs[:last]...)
 }
