@@ -72,8 +72,7 @@ type Config struct {
 	JWTIssuer        string
 	JWTAudience      string
 	JWTCacheSize     int // verified tokens remembered per instance (0: off)
-	// CriticalDelay pauses inside the critical section, just before the
-	// commit (see service.Config.CriticalSectionHook). For
+	// CriticalDelay pauses inside the critical section, before COMMIT. For
 	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
 	CriticalDelay time.Duration
 	// Tracing exports traces over OTLP/HTTP: on when the standard

@@ -17,7 +17,7 @@ import (
 func TestTimedOutClientsRetrySameKey(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
-	slow := func() { time.Sleep(60 * time.Millisecond) } // in the critical section, just before the commit
+	slow := func() { time.Sleep(60 * time.Millisecond) } // inside the transaction, before COMMIT
 	ins := []*instance{newInstance(t, d, instanceOpts{hook: slow}), newInstance(t, d, instanceOpts{hook: slow})}
 	ins[0].setStock(t, "TO", 20)
 	impatient := &http.Client{Timeout: 40 * time.Millisecond}

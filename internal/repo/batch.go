@@ -21,8 +21,8 @@ import (
 // before any limit is counted; otherwise a read beside the stock read, on
 // another connection); fills the orders in order while stock lasts,
 // inserts them in one statement, writes their ledger rows in one, and ends
-// with one versioned UPDATE by the total (first, on the multi-statement
-// path): a handful of round trips whatever the batch size.
+// with one versioned UPDATE by the total: a handful of round trips
+// whatever the batch size.
 // It returns per item the order, or service.ErrSoldOut, a
 // *service.LimitError or service.ErrDuplicateKey; its error
 // (service.ErrConflict, service.ErrUnknownSKU, an error wrapping

@@ -16,7 +16,7 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-// The batch in two round trips. deductBatchFast sends six statements on
+// The batch in three round trips. deductBatchFast sends six statements on
 // its transaction (BEGIN, the stock read, two INSERTs, the UPDATE, COMMIT),
 // each a round trip paid while the SKU lock is held. deductBatchMulti sends
 // the same work as:
@@ -25,13 +25,12 @@ import (
 //     row has not moved since); with byIndex false, with the read of the
 //     unchecked keys as a second statement of the same query (with byIndex
 //     true the unique index checks them: see DeductBatch);
-//  2. after b.BeforeCommit (the lock's check), one multi-statement that
-//     writes and commits: START TRANSACTION, the versioned UPDATE, a
-//     tripwire that stops the rest when the UPDATE matched no row, the
-//     orders' INSERT, the ledger's INSERT (its order ids are
-//     LAST_INSERT_ID() + i: the server numbers one statement's rows
-//     consecutively, see Store.consecutiveIDs) and COMMIT. A statement that
-//     fails stops the ones after it, and the transaction is rolled back.
+//  2. one multi-statement: START TRANSACTION, the orders' INSERT, the ledger's
+//     INSERT (its order ids are LAST_INSERT_ID() + i: the server numbers one
+//     statement's rows consecutively, see Store.consecutiveIDs) and the
+//     versioned UPDATE;
+//  3. COMMIT, or ROLLBACK when the UPDATE matched no row or BeforeCommit
+//     failed.
 //
 // It runs on a pool of its own whose connections allow several statements
 // per query (the driver's multiStatements): every query sent on it is built
@@ -79,16 +78,9 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex b
 	if err != nil {
 		return nil, nil, err
 	}
-	// The statement that writes also commits, so the lock's check comes
-	// before it: the hold is still ours as the batch is sent.
-	if b.BeforeCommit != nil {
-		if err := b.BeforeCommit(); err != nil {
-			return nil, nil, err
-		}
-	}
-	// From START TRANSACTION to COMMIT, any way out (an error, a statement
-	// that stops the rest) rolls back: the connection never goes back to
-	// the pool inside the batch's transaction.
+	// From START TRANSACTION to COMMIT, any way out (an error, a panic in
+	// BeforeCommit) rolls back: the connection never goes back to the pool
+	// inside the batch's transaction.
 	open := true
 	defer func() {
 		if open {
@@ -107,24 +99,30 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex b
 		}
 		return nil
 	})
-	switch {
-	case isServerError(err, errSubqueryRows): // the tripwire: the UPDATE matched no row
-		return nil, nil, service.ErrConflict
-	case isDupEntry(err):
-		return nil, nil, errKeyRace
-	case err != nil:
+	if err != nil {
+		if isDupEntry(err) {
+			return nil, nil, errKeyRace
+		}
 		return nil, nil, translate(ctx, "write batch", err)
 	}
-	open = false // committed
 	ids, affected := res.AllLastInsertIds(), res.AllRowsAffected()
-	if len(ids) != batchStatementCount || len(affected) != batchStatementCount || affected[1] != 1 || affected[3] != int64(len(rows)) {
-		// Committed, yet not as built: the caller cannot tell which orders
-		// were placed, so the batch answers as unavailable (the audit sees
-		// what was written).
+	switch {
+	case len(ids) != 4 || len(affected) != 4 || affected[1] != int64(len(rows)):
 		return nil, nil, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
+	case affected[3] == 0:
+		return nil, nil, service.ErrConflict
 	}
+	if b.BeforeCommit != nil {
+		if err := b.BeforeCommit(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return nil, nil, translate(ctx, "commit", err)
+	}
+	open = false
 	for j, i := range placed {
-		rows[j].ID = ids[3] + int64(j)
+		rows[j].ID = ids[1] + int64(j)
 		orders[i] = rows[j].order()
 	}
 	return orders, errs, nil
@@ -187,24 +185,15 @@ func readStockAndKeys(ctx context.Context, conn *sql.Conn, b service.Batch, keys
 	return cur, taken, nil
 }
 
-// batchStatements is the batch's multi-statement, which writes and
-// commits: START TRANSACTION; the versioned UPDATE by total; the tripwire,
-// a SELECT whose subquery returns two rows, and so fails with error 1242
-// and stops the statements after it, when the UPDATE changed no row (the
-// row moved since the read: the lock failed); the orders' INSERT; the
-// ledger's INSERT numbered from LAST_INSERT_ID() (the orders' first id);
-// COMMIT. The UPDATE first also takes the stock row's lock for the rest of
-// the transaction.
+// batchStatements is the batch's multi-statement: START TRANSACTION, the
+// orders' INSERT, the ledger's INSERT numbered from LAST_INSERT_ID() (the
+// orders' first id) and the versioned UPDATE by total.
 func batchStatements(sku string, rows []orderModel, version, total int64, now time.Time) (string, []driver.NamedValue, error) {
-	insert, orderValues := ordersInsert(rows)
+	insert, values := ordersInsert(rows)
 	var q strings.Builder
-	q.Grow(len(insert) + len(rows)*40 + 400)
-	q.WriteString("START TRANSACTION; UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? WHERE sku = ? AND version = ? AND available >= ?; ")
-	values := append(make([]any, 0, 6+len(orderValues)+3*len(rows)), total, total, now, sku, version, total)
-	q.WriteString(tripwire)
-	q.WriteString("; ")
+	q.Grow(len(insert) + len(rows)*40 + 300)
+	q.WriteString("START TRANSACTION; ")
 	q.WriteString(insert)
-	values = append(values, orderValues...)
 	q.WriteString("; INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES ")
 	for i, r := range rows {
 		if i > 0 {
@@ -215,7 +204,8 @@ func batchStatements(sku string, rows []orderModel, version, total int64, now ti
 		q.WriteString(", ?)")
 		values = append(values, sku, -int64(r.Quantity), now)
 	}
-	q.WriteString("; COMMIT")
+	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? WHERE sku = ? AND version = ? AND available >= ?")
+	values = append(values, total, total, now, sku, version, total)
 	// Sent to the driver itself (conn.Raw), past database/sql's conversion
 	// of arguments: the same conversion here (an int, a *int64).
 	args := make([]driver.NamedValue, len(values))
@@ -228,17 +218,6 @@ func batchStatements(sku string, rows []orderModel, version, total int64, now ti
 	}
 	return q.String(), args, nil
 }
-
-// tripwire fails (error 1242, "Subquery returns more than 1 row") when the
-// statement before it changed no row, and so stops a multi-statement there.
-// A SELECT, not a DO: MariaDB's DO drops the subquery's error.
-const tripwire = "SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> 1)"
-
-// errSubqueryRows is the server's error number when the tripwire fails.
-const errSubqueryRows = 1242
-
-// batchStatementCount is the number of statements batchStatements sends.
-const batchStatementCount = 6
 
 // rollback ends the connection's transaction; a connection that cannot is
 // dropped from the pool rather than handed on mid-transaction.

@@ -212,12 +212,9 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 const errDupEntry = 1062
 
 // isDupEntry reports a unique key violation.
-func isDupEntry(err error) bool { return isServerError(err, errDupEntry) }
-
-// isServerError reports whether err is the server's error number n.
-func isServerError(err error, n uint16) bool {
+func isDupEntry(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == n
+	return errors.As(err, &me) && me.Number == errDupEntry
 }
 
 // translate maps driver and gorm errors onto service sentinels, keeping the

@@ -52,10 +52,8 @@ type Config struct {
 	// WriteTimeout bounds an order's database work, from when the write
 	// starts (after any wait in line or for the lock); default 10s.
 	WriteTimeout time.Duration
-	// CriticalSectionHook, if set, runs under the lock just before the
-	// order's or batch's commit (inside its transaction, or, where one
-	// statement writes and commits, just before that statement). Tests and
-	// fault runs use it to land a pause in the critical section.
+	// CriticalSectionHook, if set, runs inside the transaction just before
+	// COMMIT. Tests and fault runs use it to land a pause in the critical section.
 	CriticalSectionHook func()
 	// Tracer, if set, traces the order path (trace.go lists the spans);
 	// nil: tracing off, at no cost.

@@ -130,10 +130,7 @@ type Batch struct {
 	SKU   string
 	Items []BatchItem
 	Fence int64
-	// BeforeCommit runs under the lock before the batch commits: after
-	// its writes, or before them where one statement writes and commits
-	// (the MySQL store's multi-statement). An error means nothing is
-	// written, and is returned.
+	// BeforeCommit runs before COMMIT; an error rolls everything back.
 	BeforeCommit func() error
 }
 
