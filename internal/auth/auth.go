@@ -141,8 +141,8 @@ type verified struct {
 // tokenCache remembers up to size (at least 2) verified tokens in two
 // generations of size/2, grown as tokens arrive: when the current one fills
 // up it becomes the previous one (the older generation is dropped), and a
-// hit in the previous one moves the entry forward. So tokens in use stay and the memory is bounded, without a
-// list to keep in order.
+// hit in the previous one moves the entry forward. So tokens in use stay
+// and the memory is bounded, without a list to keep in order.
 type tokenCache struct {
 	mu        sync.Mutex
 	half      int

@@ -1,7 +1,6 @@
 package repo
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -22,9 +21,9 @@ import (
 // the same work as:
 //
 //  1. the stock read, on its own (the versioned UPDATE checks later that the
-//     row has not moved since); with byIndex false, with the read of the
-//     unchecked keys as a second statement of the same query (with byIndex
-//     true the unique index checks them: see DeductBatch);
+//     row has not moved since); with byIndex false, beside the read of the
+//     unchecked keys (with byIndex true the unique index checks them: see
+//     DeductBatch);
 //  2. one multi-statement: START TRANSACTION, the orders' INSERT, the ledger's
 //     INSERT (its order ids are LAST_INSERT_ID() + i: the server numbers one
 //     statement's rows consecutively, see Store.consecutiveIDs) and the
@@ -40,31 +39,50 @@ import (
 // with the stock row read here, and its keys read before any limit is
 // counted, so that a replay is answered as one).
 func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex bool) ([]service.Order, []error, error) {
+	// The key read (takenKeys) takes its connection before this batch's.
+	// With byIndex nothing is read for a SKU without a per-buyer limit.
+	read := &keyRead{ctx: ctx, taken: map[service.BuyerKey]bool{}}
+	readKeys := func() (err error) {
+		read, err = s.takenKeys(ctx, b.Items)
+		return err
+	}
+	if !byIndex {
+		if err := readKeys(); err != nil {
+			return nil, nil, err
+		}
+	}
+	defer func() { read.done() }()
 	conn, err := s.multi.Conn(ctx)
 	if err != nil {
 		return nil, nil, translate(ctx, "deduct batch", err)
 	}
 	defer func() { _ = conn.Close() }()
 
-	cur, taken, err := readStockAndKeys(ctx, conn, b, !byIndex)
+	var cur stockModel
+	err = conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit FROM stock WHERE sku = ?", b.SKU).
+		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit)
 	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil, service.ErrUnknownSKU
 	case err != nil:
-		return nil, nil, err
+		return nil, nil, translate(ctx, "read stock", err)
 	case cur.PerBuyerLimit > 0: // an upsert per order: the gorm transaction, with the stock read here
 		_ = conn.Close() // not held beside the transaction's connection
-		read := &keyRead{ctx: ctx, taken: taken}
 		if byIndex {
 			// A replay must be answered as one before its limit is
 			// counted: the keys are read first here.
-			if read, err = s.takenKeys(ctx, b.Items); err != nil {
+			if err := readKeys(); err != nil {
 				return nil, nil, err
 			}
-			defer read.done()
 		}
 		return s.deductBatchRead(ctx, b, read, &cur)
 	}
 	if s.afterStockRead != nil {
 		s.afterStockRead()
+	}
+	taken, err := read.wait()
+	if err != nil {
+		return nil, nil, err
 	}
 	errs := make([]error, len(b.Items))
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -126,63 +144,6 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex b
 		orders[i] = rows[j].order()
 	}
 	return orders, errs, nil
-}
-
-// readStockAndKeys reads the stock row and, with keys, which of the batch's
-// unchecked keys (BatchItem.KeyChecked) have an order, in one query of two
-// statements: one round trip, on the batch's own connection.
-func readStockAndKeys(ctx context.Context, conn *sql.Conn, b service.Batch, keys bool) (stockModel, map[service.BuyerKey]bool, error) {
-	var q strings.Builder
-	args := []any{b.SKU}
-	q.WriteString("SELECT available, version, per_buyer_limit FROM stock WHERE sku = ?")
-	for _, it := range b.Items {
-		if !keys || it.KeyChecked {
-			continue
-		}
-		if len(args) == 1 { // the same row-constructor IN as ordersOfKeys
-			q.WriteString("; SELECT buyer, idempotency_key FROM orders WHERE (buyer, idempotency_key) IN (")
-		} else {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?)")
-		args = append(args, it.Buyer, it.Key)
-	}
-	keyRead := len(args) > 1
-	if keyRead {
-		q.WriteString(")")
-	}
-	var cur stockModel
-	taken := map[service.BuyerKey]bool{}
-	rows, err := conn.QueryContext(ctx, q.String(), args...)
-	if err != nil {
-		return cur, nil, translate(ctx, "read stock", err)
-	}
-	defer func() { _ = rows.Close() }()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return cur, nil, translate(ctx, "read stock", err)
-		}
-		return cur, nil, service.ErrUnknownSKU
-	}
-	if err := rows.Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit); err != nil {
-		return cur, nil, translate(ctx, "read stock", err)
-	}
-	if keyRead {
-		if !rows.NextResultSet() {
-			return cur, nil, translate(ctx, "read keys", cmp.Or(rows.Err(), errors.New("repo: no result for the key read")))
-		}
-		for rows.Next() {
-			var k service.BuyerKey
-			if err := rows.Scan(&k.Buyer, &k.Key); err != nil {
-				return cur, nil, translate(ctx, "read keys", err)
-			}
-			taken[k] = true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return cur, nil, translate(ctx, "read keys", err)
-	}
-	return cur, taken, nil
 }
 
 // batchStatements is the batch's multi-statement: START TRANSACTION, the
