@@ -110,7 +110,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		LockLease:     p.duration("STOCK_LOCK_LEASE", 0, 0),
 		LockWatchdog:  p.duration("STOCK_LOCK_WATCHDOG", 30*time.Second, 30*time.Millisecond),
 		MaxQuantity:   p.integer("STOCK_MAX_QUANTITY", 100, 1, 1_000_000),
-		BatchMax:      p.integer("STOCK_BATCH_MAX", 64, 1, 1000),
+		BatchMax:      p.integer("STOCK_BATCH_MAX", 128, 1, 1000),
 		QueueMax:      p.integer("STOCK_QUEUE_MAX", service.DefaultQueueMax, 1, 1_000_000),
 		SoldOutTTL:    p.duration("STOCK_SOLDOUT_TTL", time.Second, time.Millisecond),
 		RedisPrefix:   p.str("STOCK_REDIS_PREFIX", ""),

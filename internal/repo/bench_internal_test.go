@@ -21,14 +21,7 @@ import (
 // batch. Run: go test -run '^$' -bench Batch ./internal/repo
 func BenchmarkBatch(b *testing.B) {
 	ctx := context.Background()
-	s, err := Open(ctx, testserver.Database(b), Options{MaxOpenConns: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if _, err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := benchStore(b)
 	multi := s.multi // nil where the server does not number a statement's rows consecutively
 	const size = 64
 	for _, v := range []struct {
@@ -44,26 +37,62 @@ func BenchmarkBatch(b *testing.B) {
 		{"multi-statement-one-replay", func(bt service.Batch) error { s.multi = multi; return deductReplaying(ctx, s, bt) }},
 		{"database-sql", func(bt service.Batch) error { return batchSQL(ctx, s, bt) }},
 	} {
-		b.Run(v.name, func(b *testing.B) {
-			sku := "B-" + v.name
-			if _, err := s.SetStock(ctx, sku, 1<<30, 0); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			run, n := time.Now().UnixNano(), 0
-			cpu0 := cpuTime()
-			for b.Loop() {
-				n++
-				if err := v.place(service.Batch{SKU: sku, Items: batchOf(size, fmt.Sprintf("%s-%d-%d", v.name, run, n)), Fence: 1}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/order")
-			// This process's CPU (not MySQL's) per batch: what gorm adds to
-			// an instance's share of the machine.
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/batch")
+		b.Run(v.name, func(b *testing.B) { benchBatches(b, s, "B-"+v.name, size, v.place) })
+	}
+}
+
+// BenchmarkBatchSize places multi-statement batches of 16 to 256 orders:
+// the cost per order should stay flat (or fall) as the batch grows, the
+// statements being the same handful whatever the size (STOCK_BATCH_MAX).
+// Run: go test -run '^$' -bench BatchSize ./internal/repo
+func BenchmarkBatchSize(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	if s.multi == nil {
+		b.Skip("the server does not number a statement's rows consecutively: no multi-statement batch")
+	}
+	for _, size := range []int{16, 64, 128, 256} {
+		b.Run(fmt.Sprintf("orders=%d", size), func(b *testing.B) {
+			benchBatches(b, s, fmt.Sprintf("BS-%d", size), size, func(bt service.Batch) error { return deductAll(ctx, s, bt) })
 		})
 	}
+}
+
+// benchStore is a migrated store on a database of its own.
+func benchStore(b *testing.B) *Store {
+	ctx := context.Background()
+	s, err := Open(ctx, testserver.Database(b), Options{MaxOpenConns: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// benchBatches places batches of size new orders of sku with place, and
+// reports the time per order and this process's CPU (not MySQL's) per
+// batch and per order: what the store adds to an instance's share of the
+// machine.
+func benchBatches(b *testing.B, s *Store, sku string, size int, place func(service.Batch) error) {
+	if _, err := s.SetStock(context.Background(), sku, 1<<30, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	run, n := time.Now().UnixNano(), 0
+	cpu0 := cpuTime()
+	for b.Loop() {
+		n++
+		if err := place(service.Batch{SKU: sku, Items: batchOf(size, fmt.Sprintf("%s-%d-%d", sku, run, n)), Fence: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/order")
+	cpu := float64((cpuTime() - cpu0).Microseconds())
+	b.ReportMetric(cpu/float64(b.N), "cpu-µs/batch")
+	b.ReportMetric(cpu/float64(b.N*size), "cpu-µs/order")
 }
 
 // cpuTime is the user and system CPU time this process has used.

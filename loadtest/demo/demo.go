@@ -160,7 +160,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&gates.pauseStock, "gates-pause-stock", 200, "gates: units of the pause run (twice as many buyers, 20 concurrent)")
 	fs.StringVar(&gates.doc, "gates-doc", "", "gates: also write the comparison as a markdown document here")
 	fs.IntVar(&pf.wrk.connections, "wrk-connections", 201, "wrk: connections in all, split over the instances")
-	fs.DurationVar(&pf.wrk.duration, "wrk-duration", 10*time.Second, "wrk: duration of each request kind (whole seconds)")
+	fs.DurationVar(&pf.wrk.duration, "wrk-duration", 30*time.Second, "wrk: duration of each request kind, all rounds together (whole seconds per round)")
+	fs.IntVar(&pf.wrk.rounds, "wrk-rounds", 3, "wrk: rounds of /healthz then orders, alternated")
 	fs.StringVar(&pf.wrk.doc, "wrk-doc", "", "wrk: also write the results as a markdown document here")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err

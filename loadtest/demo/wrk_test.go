@@ -78,3 +78,49 @@ func TestWrkGoals(t *testing.T) {
 		}
 	}
 }
+
+// Rounds are merged as one run of their total length: the mean of their
+// rates, the largest of their percentiles, the sum of their statuses; the
+// goal's line gives each round's ratio beside the overall one.
+func TestWrkRounds(t *testing.T) {
+	h := []wrkRun{{perSec: 300, p50: 2, p99: 9}, {perSec: 500, p50: 3, p99: 7}}
+	o := []wrkRun{
+		{perSec: 60, p50: 20, p99: 45, statuses: map[int]int64{201: 60}},
+		{perSec: 100, p50: 25, p99: 40, statuses: map[int]int64{201: 100}, errors: "Socket errors: connect 0, read 0, write 0, timeout 2"},
+	}
+	m := mergeRuns(o)
+	if m.perSec != 80 || m.p50 != 25 || m.p99 != 45 || m.statuses[201] != 160 || !strings.HasPrefix(m.errors, "Socket errors") {
+		t.Fatalf("mergeRuns = %+v", m)
+	}
+	if mh := mergeRuns(h); mh.perSec != 400 || mh.p99 != 9 || mh.statuses != nil {
+		t.Fatalf("mergeRuns(healthz) = %+v", mh)
+	}
+	r := wrkResult{
+		instances: 3, conns: 10, duration: 2 * time.Second,
+		hRounds: h, oRounds: o, healthz: mergeRuns(h), orders: m,
+		dbOrders: 160, audit: map[string]any{"consistent": true, "oversold": 0.0, "sold": 160.0},
+	}
+	// 160 placed in 2 s against 400/s; round by round 60/300 and 100/500.
+	lines, ok := r.goals()
+	if all := strings.Join(lines, "\n"); !ok || !strings.Contains(all, "80 orders placed/s vs 400/s = 0.200x (round by round: 0.200x, 0.200x), MET") ||
+		!strings.Contains(all, "p99 < 50 ms at 10 connections: 45.0 ms") {
+		t.Fatalf("goals: %v, %q", ok, lines)
+	}
+}
+
+// With rounds, wrk stops once after the warm-up and once per round: the
+// orders in flight at each stop may be in MySQL without a 201.
+func TestWrkInFlightPerStop(t *testing.T) {
+	r := wrkResult{
+		instances: 3, conns: 10, duration: 3 * time.Second,
+		oRounds: make([]wrkRun, 3), hRounds: make([]wrkRun, 3),
+		healthz: wrkRun{perSec: 400}, orders: wrkRun{statuses: map[int]int64{201: 100}},
+		audit: map[string]any{"consistent": true, "oversold": 0.0},
+	}
+	for db, want := range map[int64]bool{100: true, 140: true, 141: false} {
+		r.dbOrders, r.audit["sold"] = db, float64(db)
+		if _, ok := r.goals(); ok != want {
+			t.Errorf("%d orders in MySQL for 100 201s, 3 rounds of 10 connections: passed %v; want %v", db, ok, want)
+		}
+	}
+}
