@@ -75,7 +75,7 @@ type instanceOpts struct {
 	hook      func()
 	locker    service.Locker // overrides the Redis lock
 	noAdmin   bool
-	batchMax  int // 0: 64, the service's default
+	batchMax  int // 0: the service's default
 }
 
 // instance is one whole server (app.New, as cmd/stock builds it) over a

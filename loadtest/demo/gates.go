@@ -300,6 +300,6 @@ func writeGatesDoc(ctx context.Context, path string, o options, gs []gateResult)
 			r.redisPer, r.mysqlPer, p.Oversold, p.LostUpdates, r.pausedNote)
 	}
 	b.WriteString("\nLock wait: the mean time a batch leader waited for the SKU lock. Orders are combined per instance " +
-		"(up to 64 under one lock), so commands per order are per batch divided by its size.\n")
+		"(up to `STOCK_BATCH_MAX` under one lock), so commands per order are per batch divided by its size.\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644) //nolint:gosec // G306: a document of the repo, for people to read
 }

@@ -230,9 +230,7 @@ func runWrk(ctx context.Context, name string, urls []string, path string, per in
 		for c, n := range r.statuses {
 			run.statuses[c] += n
 		}
-		if r.errors != "" {
-			run.errors = strings.TrimSpace(run.errors + "; " + r.errors)
-		}
+		run.errors = joinErrors(run.errors, r.errors)
 	}
 	if env == nil { // no script: wrk counts non-2xx, not each status
 		run.statuses = nil
@@ -243,6 +241,9 @@ func runWrk(ctx context.Context, name string, urls []string, path string, per in
 // mergeRuns puts rounds of equal length together: the mean of their rates,
 // the largest of their percentiles, the sum of their statuses.
 func mergeRuns(rounds []wrkRun) wrkRun {
+	if len(rounds) == 0 {
+		return wrkRun{}
+	}
 	m := wrkRun{name: rounds[0].name}
 	for _, r := range rounds {
 		m.perSec += r.perSec / float64(len(rounds))
@@ -253,12 +254,39 @@ func mergeRuns(rounds []wrkRun) wrkRun {
 		for c, n := range r.statuses {
 			m.statuses[c] += n
 		}
-		if r.errors != "" {
-			m.errors = strings.TrimSpace(m.errors + "; " + r.errors)
-		}
+		m.errors = joinErrors(m.errors, r.errors)
 	}
-	m.errors = strings.TrimPrefix(m.errors, "; ")
 	return m
+}
+
+// joinErrors adds wrk's error line e to those in s.
+func joinErrors(s, e string) string {
+	switch {
+	case e == "":
+		return s
+	case s == "":
+		return e
+	}
+	return s + "; " + e
+}
+
+// placed is a run's orders placed per second: wrk's rate of answers (over
+// its own measured time) times the share of them that were 201s, not
+// every answer (a fast 429 or 503 would count there).
+func (w wrkRun) placed() float64 {
+	var all int64
+	for _, n := range w.statuses {
+		all += n
+	}
+	if all == 0 {
+		return 0
+	}
+	return w.perSec * float64(w.statuses[http.StatusCreated]) / float64(all)
+}
+
+// hasRounds reports whether the result has each round's runs to show.
+func (r wrkResult) hasRounds() bool {
+	return len(r.oRounds) > 1 && len(r.hRounds) == len(r.oRounds)
 }
 
 var (
@@ -370,15 +398,21 @@ func (r wrkResult) goals() (lines []string, passed bool) {
 		return "NOT MET"
 	}
 	if h := r.healthz.perSec; h > 0 {
-		// Orders placed per second: the measured run's 201s, not wrk's
-		// rate of every answer (a fast 429 or 503 would count there).
-		placed := float64(r.orders.statuses[http.StatusCreated]) / r.duration.Seconds()
+		placed := r.orders.placed()
+		if r.hasRounds() { // the mean of the rounds', as for /healthz
+			placed = 0
+			for _, o := range r.oRounds {
+				placed += o.placed() / float64(len(r.oRounds))
+			}
+		}
 		ratio := placed / h
 		var each []string
-		if n := len(r.oRounds); n > 1 && len(r.hRounds) == n {
+		if r.hasRounds() {
 			for i, o := range r.oRounds {
 				if hr := r.hRounds[i].perSec; hr > 0 {
-					each = append(each, fmt.Sprintf("%.3fx", float64(o.statuses[http.StatusCreated])/(r.duration.Seconds()/float64(n))/hr))
+					each = append(each, fmt.Sprintf("%.3fx", o.placed()/hr))
+				} else {
+					each = append(each, "-")
 				}
 			}
 		}
@@ -439,7 +473,7 @@ func writeWrkDoc(ctx context.Context, path, target string, r wrkResult) error {
 		r.instances, max(1, r.conns/r.instances), r.conns, r.duration, n, r.duration/time.Duration(max(1, n)), ceilingBuyers)
 	b.WriteString("| request | req/s | p50 ms | p99 ms | statuses | errors |\n|---|--:|--:|--:|---|---|\n")
 	var runs []wrkRun
-	if n > 1 && len(r.hRounds) == n {
+	if r.hasRounds() {
 		for i := range n {
 			h, o := r.hRounds[i], r.oRounds[i]
 			h.name, o.name = fmt.Sprintf("round %d: %s", i+1, h.name), fmt.Sprintf("round %d: %s", i+1, o.name)

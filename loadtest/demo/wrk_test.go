@@ -80,31 +80,41 @@ func TestWrkGoals(t *testing.T) {
 }
 
 // Rounds are merged as one run of their total length: the mean of their
-// rates, the largest of their percentiles, the sum of their statuses; the
-// goal's line gives each round's ratio beside the overall one.
+// rates, the largest of their percentiles, the sum of their statuses, their
+// error lines joined; the goal's line gives each round's ratio beside the
+// overall one, orders placed counted from wrk's rate and the 201s' share.
 func TestWrkRounds(t *testing.T) {
+	const sockErr = "Socket errors: connect 0, read 0, write 0, timeout 2"
 	h := []wrkRun{{perSec: 300, p50: 2, p99: 9}, {perSec: 500, p50: 3, p99: 7}}
 	o := []wrkRun{
 		{perSec: 60, p50: 20, p99: 45, statuses: map[int]int64{201: 60}},
-		{perSec: 100, p50: 25, p99: 40, statuses: map[int]int64{201: 100}, errors: "Socket errors: connect 0, read 0, write 0, timeout 2"},
+		{perSec: 150, p50: 25, p99: 40, statuses: map[int]int64{201: 140, 503: 10}, errors: sockErr},
 	}
 	m := mergeRuns(o)
-	if m.perSec != 80 || m.p50 != 25 || m.p99 != 45 || m.statuses[201] != 160 || !strings.HasPrefix(m.errors, "Socket errors") {
+	if m.perSec != 105 || m.p50 != 25 || m.p99 != 45 || m.statuses[201] != 200 || m.statuses[503] != 10 || m.errors != sockErr {
 		t.Fatalf("mergeRuns = %+v", m)
 	}
 	if mh := mergeRuns(h); mh.perSec != 400 || mh.p99 != 9 || mh.statuses != nil {
 		t.Fatalf("mergeRuns(healthz) = %+v", mh)
 	}
+	if e := mergeRuns([]wrkRun{{errors: "a"}, {}, {errors: "b"}}).errors; e != "a; b" {
+		t.Fatalf("errors joined = %q; want %q", e, "a; b")
+	}
 	r := wrkResult{
 		instances: 3, conns: 10, duration: 2 * time.Second,
 		hRounds: h, oRounds: o, healthz: mergeRuns(h), orders: m,
-		dbOrders: 160, audit: map[string]any{"consistent": true, "oversold": 0.0, "sold": 160.0},
+		dbOrders: 200, audit: map[string]any{"consistent": true, "oversold": 0.0, "sold": 200.0},
 	}
-	// 160 placed in 2 s against 400/s; round by round 60/300 and 100/500.
+	// Placed: 60/s and 140/s (150/s answered, 140 of 150 of them 201s), a
+	// mean of 100/s against 400/s; round by round 60/300 and 140/500.
 	lines, ok := r.goals()
-	if all := strings.Join(lines, "\n"); !ok || !strings.Contains(all, "80 orders placed/s vs 400/s = 0.200x (round by round: 0.200x, 0.200x), MET") ||
+	if all := strings.Join(lines, "\n"); !ok || !strings.Contains(all, "100 orders placed/s vs 400/s = 0.250x (round by round: 0.200x, 0.280x), MET") ||
 		!strings.Contains(all, "p99 < 50 ms at 10 connections: 45.0 ms") {
 		t.Fatalf("goals: %v, %q", ok, lines)
+	}
+	r.hRounds[1].perSec = 0 // a round without a /healthz rate keeps its place
+	if lines, _ := r.goals(); !strings.Contains(strings.Join(lines, "\n"), "(round by round: 0.200x, -)") {
+		t.Fatalf("goals with a round's /healthz at 0: %q", lines)
 	}
 }
 
