@@ -398,26 +398,25 @@ func (r wrkResult) goals() (lines []string, passed bool) {
 		return "NOT MET"
 	}
 	if h := r.healthz.perSec; h > 0 {
-		placed := r.orders.placed()
-		if r.hasRounds() { // the mean of the rounds', as for /healthz
-			placed = 0
-			for _, o := range r.oRounds {
-				placed += o.placed() / float64(len(r.oRounds))
+		// Orders placed: the mean of the rounds' (as the /healthz rate is),
+		// each round's ratio beside it when there are several.
+		hs, ords := r.hRounds, r.oRounds
+		if !r.hasRounds() {
+			hs, ords = []wrkRun{r.healthz}, []wrkRun{r.orders}
+		}
+		var placed float64
+		var each []string
+		for i, o := range ords {
+			placed += o.placed() / float64(len(ords))
+			if hr := hs[i].perSec; hr > 0 {
+				each = append(each, fmt.Sprintf("%.3fx", o.placed()/hr))
+			} else {
+				each = append(each, "-")
 			}
 		}
 		ratio := placed / h
-		var each []string
-		if r.hasRounds() {
-			for i, o := range r.oRounds {
-				if hr := r.hRounds[i].perSec; hr > 0 {
-					each = append(each, fmt.Sprintf("%.3fx", o.placed()/hr))
-				} else {
-					each = append(each, "-")
-				}
-			}
-		}
 		rounds := ""
-		if len(each) > 0 {
+		if len(ords) > 1 {
 			rounds = " (round by round: " + strings.Join(each, ", ") + ")"
 		}
 		lines = append(lines, fmt.Sprintf("goal lock+version >= 0.2x the /healthz rate (both by wrk): %.0f orders placed/s vs %.0f/s = %.3fx%s, %s.", placed, h, ratio, rounds, met(ratio >= 0.2)))
