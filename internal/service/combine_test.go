@@ -214,21 +214,32 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 	}
 }
 
-// The batch's keys are read before the lock: a replay in the line gets its
-// order back without being written again, the rest go into the batch, and a
-// batch of replays only does not take the lock at all.
+// replayAgain places r, whose order exists, through the service: it must
+// come back as a replay, which turns on the reads of a batch's keys before
+// the lock for a while.
+func (u *unit) replayAgain(t *testing.T, r service.PlaceRequest) {
+	t.Helper()
+	if _, replayed, err := u.svc.Place(context.Background(), r); err != nil || !replayed {
+		t.Fatalf("Place(%s/%s) again = replayed %v, %v; want its order back", r.Buyer, r.Key, replayed, err)
+	}
+}
+
+// Once a replay came, the batch's keys are read before the lock: a replay
+// in the line gets its order back without being written again, the rest go
+// into the batch, and a batch of replays only does not take the lock at all.
 func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	t.Parallel()
 	u, g := newLineUnit(t, service.Config{BatchMax: 64})
 	first, reqs := u.replayLine(t, 1, 1)
+	u.replayAgain(t, reqs[1]) // a batch of one, under the lock
 	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
 	release()
 	answersWithReplay(t, waiting, reqs, 1, first.ID)
-	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 2}) {
-		t.Fatalf("batch sizes %v; want [1 2]: the leader, then the line without its replay", got)
+	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 1, 2}) {
+		t.Fatalf("batch sizes %v; want [1 1 2]: the first replay, the leader, then the line without its replay", got)
 	}
-	if got := u.store.Stats().KeysChecked; !slices.Equal(got, []int{0, 2}) {
-		t.Fatalf("items with KeyChecked per batch %v; want [0 2]: a batch of one reads nothing first", got)
+	if got := u.store.Stats().KeysChecked; !slices.Equal(got, []int{0, 0, 2}) {
+		t.Fatalf("items with KeyChecked per batch %v; want [0 0 2]: a batch of one reads nothing first", got)
 	}
 
 	// A line of replays only: answered from the read, no lock taken.
@@ -243,11 +254,11 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	if got := u.locks.Calls(); got != calls {
 		t.Fatalf("%d more lock calls for a line of replays; want none", got-calls)
 	}
-	// stock_lock_batch_orders counts what went under the lock: the two
-	// leaders' 1 each and the first line's 2, not its replay nor the second
-	// line.
-	if n, sum := batchOrders(t, u); n != 3 || sum != 4 {
-		t.Fatalf("stock_lock_batch_orders: %d batches of %v orders; want 3 of 4", n, sum)
+	// stock_lock_batch_orders counts what went under the lock: the first
+	// replay's 1, the two leaders' 1 each and the first line's 2, not its
+	// replay nor the second line.
+	if n, sum := batchOrders(t, u); n != 4 || sum != 5 {
+		t.Fatalf("stock_lock_batch_orders: %d batches of %v orders; want 4 of 5", n, sum)
 	}
 	if a := u.audit(t); !a.Consistent || a.Orders != 5 { // placed, the two leaders, k1, k2
 		t.Fatalf("audit = %+v; want consistent with 5 orders", a)
@@ -277,11 +288,12 @@ func TestCombinerKeysReadFails(t *testing.T) {
 	u, g := newLineUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 100, 0)
 	first := u.place(t, "b1", "placed", u.sku, 2)
-	u.store.FailKeysTaken(errors.New("read refused"))
 	reqs := []service.PlaceRequest{
 		{Buyer: "b2", Key: "k1", SKU: u.sku, Quantity: 1},
 		{Buyer: "b1", Key: "placed", SKU: u.sku, Quantity: 2}, // a replay
 	}
+	u.replayAgain(t, reqs[1]) // the reads before the lock are on
+	u.store.FailKeysTaken(errors.New("read refused"))
 	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
 	release()
 	for i, ch := range waiting {
@@ -291,8 +303,53 @@ func TestCombinerKeysReadFails(t *testing.T) {
 		}
 	}
 	st := u.store.Stats()
-	if !slices.Equal(st.BatchSizes, []int{1, 2}) || !slices.Equal(st.KeysChecked, []int{0, 0}) {
-		t.Fatalf("batches %v, items with KeyChecked %v; want [1 2] and [0 0]: the whole line, keys read by the store", st.BatchSizes, st.KeysChecked)
+	if !slices.Equal(st.BatchSizes, []int{1, 1, 2}) || !slices.Equal(st.KeysChecked, []int{0, 0, 0}) {
+		t.Fatalf("batches %v, items with KeyChecked %v; want [1 1 2] and [0 0 0]: the whole line, keys read by the store", st.BatchSizes, st.KeysChecked)
+	}
+}
+
+// A batch reads its keys before the lock only within replayWindow (10s)
+// of the last replay a batch met: a flood of new keys reads none and
+// leaves them to the unique index. A replay in such a batch is still
+// answered with its order (the store finds it), and turns the reads on.
+func TestCombinerReadsKeysFirstOnlyAfterAReplay(t *testing.T) {
+	t.Parallel()
+	u, g := newLineUnit(t, service.Config{BatchMax: 64})
+	var now atomic.Int64
+	now.Store(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC).UnixNano())
+	service.SetReplayClock(u.svc, func() time.Time { return time.Unix(0, now.Load()) })
+	first, replaying := u.replayLine(t, 1)
+	line := func(keys ...string) []service.PlaceRequest {
+		var reqs []service.PlaceRequest
+		for _, k := range keys {
+			reqs = append(reqs, service.PlaceRequest{Buyer: "b9", Key: k, SKU: u.sku, Quantity: 1})
+		}
+		return reqs
+	}
+	steps := []struct {
+		reqs    []service.PlaceRequest
+		replay  int   // the index of the replay in reqs, -1: none
+		advance int64 // nanoseconds the clock moves on before the line
+		checked int   // items of the line's batch read before the lock
+		what    string
+	}{
+		{line("n1", "n2"), -1, 0, 0, "no replay yet: nothing read"},
+		{replaying, 1, 0, 0, "the first replay: found by the store, not read"},
+		{line("n3", "n4"), -1, int64(9 * time.Second), 2, "9s after a replay: read"},
+		{line("n5", "n6"), -1, int64(time.Second), 0, "10s after the last replay: nothing read again"},
+	}
+	for i, st := range steps {
+		now.Add(st.advance)
+		release, _, waiting := u.lineUp(t, g, background(len(st.reqs)), st.reqs)
+		release()
+		answersWithReplay(t, waiting, st.reqs, st.replay, first.ID)
+		checked := u.store.Stats().KeysChecked
+		if got := checked[len(checked)-1]; got != st.checked {
+			t.Fatalf("step %d: %d of the line's keys read before the lock (per batch %v); want %d: %s", i, got, checked, st.checked, st.what)
+		}
+	}
+	if a := u.audit(t); !a.Consistent || a.Orders != 1+4+1+6 { // placed, 4 leaders, k1, n1-n6
+		t.Fatalf("audit = %+v; want consistent with 12 orders", a)
 	}
 }
 

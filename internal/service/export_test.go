@@ -46,3 +46,7 @@ func RedisDownUntil(s *Service) time.Time {
 
 // EndRedisBackoff ends s's window of skipping the SKU lock now (for tests).
 func EndRedisBackoff(s *Service) { s.redisDownUntil.Store(0) }
+
+// SetReplayClock sets the clock of s's watch for replays, which decides
+// whether a batch reads its keys before the lock (for tests).
+func SetReplayClock(s *Service, now func() time.Time) { s.replays.now = now }

@@ -75,6 +75,7 @@ type Service struct {
 	lines   *lines
 	flights flights
 	soldOut *soldOut // nil: no fast path
+	replays replayWatch
 
 	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
 	redisDown      atomic.Bool  // for logging once per outage
@@ -101,7 +102,7 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, info: cfg.Strategy.Info(),
-		lines: newLines(), flights: flights{m: make(map[string]*flight)}}
+		lines: newLines(), flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}}
 	if cfg.SoldOutTTL > 0 {
 		s.soldOut = newSoldOut(cfg.SoldOutTTL)
 	}
