@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,9 +187,14 @@ func (s *Service) runBatch(sku string, batch []*call) {
 			fail(err)
 			return
 		}
+		replayed := false
 		for i, c := range batch {
 			c.o, c.err = orders[i], errs[i]
+			replayed = replayed || errors.Is(errs[i], ErrDuplicateKey)
 			close(c.done)
+		}
+		if replayed {
+			s.replays.saw()
 		}
 		return
 	}
@@ -241,6 +247,9 @@ func (s *Service) answerReplays(ctx context.Context, batch []*call) ([]*call, bo
 		return batch, false
 	}
 	rest := make([]*call, 0, len(batch))
+	if slices.Contains(taken, true) {
+		s.replays.saw()
+	}
 	for i, c := range batch {
 		if taken[i] {
 			c.err = ErrDuplicateKey

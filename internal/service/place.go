@@ -141,9 +141,6 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	default:
 		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
 	}
-	if errors.Is(err, ErrDuplicateKey) {
-		s.replays.saw() // a replay: batches read their keys before the lock for a while
-	}
 	if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrLimitExceeded) {
 		// A concurrent request with the same key won the insert, or (sold
 		// out, over the limit) an earlier attempt of this key may have taken
