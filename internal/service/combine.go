@@ -193,6 +193,10 @@ func (s *Service) runBatch(sku string, batch []*call) {
 			replayed = replayed || errors.Is(errs[i], ErrDuplicateKey)
 			close(c.done)
 		}
+		// Marked here, before runBatch returns and the next batch of the
+		// line starts, not where the replay is answered (Place): that runs
+		// on the waiter's goroutine and could come after the next batch
+		// has decided whether to read its keys.
 		if replayed {
 			s.replays.saw()
 		}
