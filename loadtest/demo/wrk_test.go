@@ -2,13 +2,19 @@ package main
 
 import (
 	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// A real wrk --latency output, with the script's status line and socket
-// errors added as wrk prints them.
+// A real wrk --latency output, with the script's status and latency lines
+// and socket errors added as wrk prints them.
 const wrkSample = `Running 10s test @ http://127.0.0.1:18081
   1 threads and 67 connections
   Thread Stats   Avg      Stdev     Max   +/- Stdev
@@ -25,6 +31,7 @@ const wrkSample = `Running 10s test @ http://127.0.0.1:18081
 Requests/sec:   1640.02
 Transfer/sec:    561.01KB
 STATUSES 201=16501 409=7
+LATENCY 30000:40 40400:50 52120:9 1020000:1
 `
 
 func TestParseWrk(t *testing.T) {
@@ -41,9 +48,40 @@ func TestParseWrk(t *testing.T) {
 	if !strings.Contains(r.errors, "timeout 3") || !strings.Contains(r.errors, "non-2xx: 7") {
 		t.Fatalf("errors %q; want the socket errors and the non-2xx count", r.errors)
 	}
+	if r.worstP99 != r.p99 || len(r.latency) != 4 || r.latency[52120] != 9 {
+		t.Fatalf("worst p99 %v, histogram %v; want the p99 and the LATENCY line's 4 values", r.worstP99, r.latency)
+	}
 	if _, err := parseWrk([]byte("unable to connect to 127.0.0.1:1 Connection refused")); err == nil {
 		t.Fatal("parseWrk of a failed run: no error")
 	}
+	if _, err := parseWrk([]byte(strings.Replace(wrkSample, "LATENCY", "LATE", 1))); err == nil {
+		t.Fatal("parseWrk without the script's LATENCY line: no error")
+	}
+	if _, err := parseWrk([]byte(strings.Replace(wrkSample, "1020000:1", "1100000:1", 1))); err == nil {
+		t.Fatal("parseWrk of a LATENCY line whose p99 is not wrk's: no error")
+	}
+}
+
+// The percentiles are ranked as wrk ranks its own: the smallest latency
+// with at least round(p% of the requests + 0.5) at or below it.
+func TestPercentile(t *testing.T) {
+	h := map[int64]int64{1000: 98, 2000: 1, 9000: 1} // µs -> requests; p98: the 99th
+	for p, want := range map[float64]float64{50: 1, 97: 1, 98: 2, 99: 9, 100: 9} {
+		if got := percentile(h, p); got != want {
+			t.Errorf("p%v = %v ms; want %v", p, got, want)
+		}
+	}
+	if got := percentile(nil, 99); got != 0 {
+		t.Errorf("p99 of no requests = %v; want 0", got)
+	}
+}
+
+// timed gives r the latency histogram h as parseWrk does: its p50 and p99,
+// and the p99 as the worst of one process.
+func timed(r wrkRun, h map[int64]int64) wrkRun {
+	r.latency, r.p50, r.p99 = h, percentile(h, 50), percentile(h, 99)
+	r.worstP99 = r.p99
+	return r
 }
 
 // The sale's check fails on an oversell, an inconsistent audit, a 201 that
@@ -80,21 +118,27 @@ func TestWrkGoals(t *testing.T) {
 }
 
 // Rounds are merged as one run of their total length: the mean of their
-// rates, the largest of their percentiles, the sum of their statuses, their
+// rates, the percentiles of all their requests (their latency histograms
+// summed) beside the worst p99 of one, the sum of their statuses, their
 // error lines joined; the goal's line gives each round's ratio beside the
 // overall one, orders placed counted from wrk's rate and the 201s' share.
 func TestWrkRounds(t *testing.T) {
 	const sockErr = "Socket errors: connect 0, read 0, write 0, timeout 2"
-	h := []wrkRun{{perSec: 300, p50: 2, p99: 9}, {perSec: 500, p50: 3, p99: 7}}
+	h := []wrkRun{
+		timed(wrkRun{perSec: 300}, map[int64]int64{2000: 60, 9000: 1}),
+		timed(wrkRun{perSec: 500}, map[int64]int64{3000: 100, 7000: 1}),
+	}
+	// Round 1's p99 is its one slow order (80 ms); the p99 of the 210
+	// answers of both rounds (wrk's rank: the 208th) is at 40 ms.
 	o := []wrkRun{
-		{perSec: 60, p50: 20, p99: 45, statuses: map[int]int64{201: 60}},
-		{perSec: 150, p50: 25, p99: 40, statuses: map[int]int64{201: 140, 503: 10}, errors: sockErr},
+		timed(wrkRun{perSec: 60, statuses: map[int]int64{201: 60}}, map[int64]int64{20000: 59, 80000: 1}),
+		timed(wrkRun{perSec: 150, statuses: map[int]int64{201: 140, 503: 10}, errors: sockErr}, map[int64]int64{25000: 100, 40000: 50}),
 	}
 	m := mergeRuns(o)
-	if m.perSec != 105 || m.p50 != 25 || m.p99 != 45 || m.statuses[201] != 200 || m.statuses[503] != 10 || m.errors != sockErr {
+	if m.perSec != 105 || m.p50 != 25 || m.p99 != 40 || m.worstP99 != 80 || m.statuses[201] != 200 || m.statuses[503] != 10 || m.errors != sockErr {
 		t.Fatalf("mergeRuns = %+v", m)
 	}
-	if mh := mergeRuns(h); mh.perSec != 400 || mh.p99 != 9 || mh.statuses != nil {
+	if mh := mergeRuns(h); mh.perSec != 400 || mh.p99 != 7 || mh.worstP99 != 9 || mh.statuses != nil {
 		t.Fatalf("mergeRuns(healthz) = %+v", mh)
 	}
 	if e := mergeRuns([]wrkRun{{errors: "a"}, {}, {errors: "b"}}).errors; e != "a; b" {
@@ -109,7 +153,8 @@ func TestWrkRounds(t *testing.T) {
 	// mean of 100/s against 400/s; round by round 60/300 and 140/500.
 	lines, ok := r.goals()
 	if all := strings.Join(lines, "\n"); !ok || !strings.Contains(all, "100 orders placed/s vs 400/s = 0.250x (round by round: 0.200x, 0.280x), MET") ||
-		!strings.Contains(all, "p99 < 50 ms at 10 connections: 45.0 ms") {
+		!strings.Contains(all, "p99 < 50 ms at 10 connections: 40.0 ms over all the rounds' orders") ||
+		!strings.Contains(all, "the largest p99 of one process in one round: 80.0 ms; /healthz's p99: 7.0 ms), MET") {
 		t.Fatalf("goals: %v, %q", ok, lines)
 	}
 	r.hRounds[1].perSec = 0 // a round without a /healthz rate keeps its place
@@ -132,5 +177,59 @@ func TestWrkInFlightPerStop(t *testing.T) {
 		if _, ok := r.goals(); ok != want {
 			t.Errorf("%d orders in MySQL for 100 201s, 3 rounds of 10 connections: passed %v; want %v", db, ok, want)
 		}
+	}
+}
+
+// The scripts run in the real wrk (skipped where it is not installed):
+// every answer the orders' script counts by status is in its latency
+// histogram (with wrk's samples for coordinated omission, maybe more),
+// the /healthz script prints one too, and each gives wrk's own printed
+// p50 and p99 (parseWrk fails otherwise).
+func TestWrkScripts(t *testing.T) {
+	if _, err := exec.LookPath("wrk"); err != nil {
+		t.Skip("wrk is not installed (Debian: apt-get install -y wrk)")
+	}
+	var orders atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/orders" && r.Header.Get("Idempotency-Key") != "" {
+			if orders.Add(1)%10 == 0 {
+				w.WriteHeader(http.StatusConflict)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	script, hscript, tokens := filepath.Join(dir, "orders.lua"), filepath.Join(dir, "healthz.lua"), filepath.Join(dir, "tokens")
+	for f, body := range map[string]string{script: wrkScript, hscript: healthzScript, tokens: "t1\nt2\n"} {
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := func(int) []string { return []string{"WRK_TOKENS=" + tokens, "WRK_SKU=s", "WRK_PREFIX=p"} }
+	o, err := runWrk(t.Context(), "orders", []string{srv.URL}, "/", 4, time.Second, env, []string{"-s", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answered, timed int64
+	for _, n := range o.statuses {
+		answered += n
+	}
+	for _, n := range o.latency {
+		timed += n
+	}
+	if answered == 0 || timed < answered || o.statuses[http.StatusConflict] == 0 || o.p99 <= 0 || o.p99 != o.worstP99 {
+		t.Fatalf("orders: statuses %v (%d), %d in the histogram, p99 %v ms, worst %v ms; want at least as many timed, 409s among them, one p99",
+			o.statuses, answered, timed, o.p99, o.worstP99)
+	}
+	h, err := runWrk(t.Context(), "healthz", []string{srv.URL}, "/healthz", 4, time.Second, nil, []string{"-s", hscript})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.statuses != nil || len(h.latency) == 0 || h.p99 <= 0 {
+		t.Fatalf("healthz: statuses %v, %d latencies, p99 %v ms; want no statuses, a histogram", h.statuses, len(h.latency), h.p99)
 	}
 }
