@@ -47,11 +47,14 @@ run: build
 	./bin/stock migrate
 	./bin/stock serve
 
-## bench: lock benchmarks side by side with bsm/redislock and redsync (separate module); writes docs/results/bench.md
+## bench: lock benchmarks side by side with bsm/redislock and redsync (separate module), then the order batch
+## (internal/repo: gorm, plain database/sql and the multi-statement; the cost per order by batch size); writes
+## docs/results/bench.md
 bench:
 	@mkdir -p docs/results
-	(cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m .) > docs/results/bench.txt.new; \
-		status=$$?; cat docs/results/bench.txt.new; [ $$status -eq 0 ] && $(GO) run ./loadtest/results -title "Lock benchmarks beside bsm/redislock and redsync" -target bench \
+	{ (cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m .) && \
+		$(GO) test -run '^$$' -bench Batch -benchmem -count=1 -timeout 10m ./internal/repo; } > docs/results/bench.txt.new; \
+		status=$$?; cat docs/results/bench.txt.new; [ $$status -eq 0 ] && $(GO) run ./loadtest/results -title "Lock benchmarks beside bsm/redislock and redsync; the order batch" -target bench \
 		< docs/results/bench.txt.new > docs/results/bench.md; rm -f docs/results/bench.txt.new; exit $$status
 
 ## chaos: the whole fault matrix and the bots scenario (loadtest/chaos, STOCK_CHAOS=full): prints the results table and
