@@ -47,9 +47,8 @@ type wrkOptions struct {
 type wrkRun struct {
 	name     string
 	perSec   float64         // summed over the instances
-	p50, p99 float64         // ms: of all the run's requests (latency merged)
 	worstP99 float64         // ms: the largest p99 a single wrk process had
-	latency  map[int64]int64 // µs -> requests: the processes' histograms summed
+	latency  map[int64]int64 // µs -> requests: the processes' histograms summed (pct)
 	statuses map[int]int64
 	errors   string // wrk's socket errors line, if any
 }
@@ -234,12 +233,12 @@ func measureWrk(ctx context.Context, o options, runID, token string) (wrkResult,
 }
 
 // runWrk runs one wrk per URL at once, per connections each, and adds up
-// their rates, statuses and latency histograms. env, if not nil, gives
-// instance i's wrk its extra environment (NAME=value) and marks the
-// orders' script, which counts statuses; args go to every wrk and must
-// name a script that prints the latency histogram.
+// their rates, statuses (where the script counts them) and latency
+// histograms. env, if not nil, gives instance i's wrk its extra
+// environment (NAME=value); args go to every wrk and must name a script
+// that prints the latency histogram.
 func runWrk(ctx context.Context, name string, urls []string, path string, per int, d time.Duration, env func(i int) []string, args []string) (wrkRun, error) {
-	run := wrkRun{name: name, statuses: map[int]int64{}}
+	run := wrkRun{name: name}
 	outs := make([][]byte, len(urls))
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
@@ -264,9 +263,6 @@ func runWrk(ctx context.Context, name string, urls []string, path string, per in
 		run.perSec += r.perSec
 		run.add(r)
 	}
-	if env == nil { // no statuses counted: wrk counts non-2xx, not each status
-		run.statuses = nil
-	}
 	return run, nil
 }
 
@@ -279,17 +275,14 @@ func mergeRuns(rounds []wrkRun) wrkRun {
 	m := wrkRun{name: rounds[0].name}
 	for _, r := range rounds {
 		m.perSec += r.perSec / float64(len(rounds))
-		if r.statuses != nil && m.statuses == nil {
-			m.statuses = map[int]int64{}
-		}
 		m.add(r)
 	}
 	return m
 }
 
-// add puts o's requests into r: the latency histograms summed (r's p50
-// and p99 then those of both's requests), the worst p99 the larger, the
-// statuses summed, the error lines joined. r's rate is the caller's.
+// add puts o's requests into r: the latency histograms summed, the worst
+// p99 the larger, the statuses summed, the error lines joined. r's rate is
+// the caller's.
 func (r *wrkRun) add(o wrkRun) {
 	if r.latency == nil {
 		r.latency = map[int64]int64{}
@@ -297,7 +290,6 @@ func (r *wrkRun) add(o wrkRun) {
 	for v, n := range o.latency {
 		r.latency[v] += n
 	}
-	r.p50, r.p99 = percentile(r.latency, 50), percentile(r.latency, 99)
 	r.worstP99 = max(r.worstP99, o.worstP99)
 	if o.statuses != nil && r.statuses == nil {
 		r.statuses = map[int]int64{}
@@ -307,6 +299,9 @@ func (r *wrkRun) add(o wrkRun) {
 	}
 	r.errors = joinErrors(r.errors, o.errors)
 }
+
+// pct is the p-th percentile in ms of all the run's requests.
+func (r wrkRun) pct(p float64) float64 { return percentile(r.latency, p) }
 
 // percentile is the p-th percentile in ms of a latency histogram in µs,
 // ranked as wrk ranks its own: the smallest latency with at least
@@ -393,8 +388,7 @@ func parseWrk(out []byte) (wrkRun, error) {
 		}
 		r.latency[us] += n
 	}
-	r.p50, r.p99 = percentile(r.latency, 50), percentile(r.latency, 99)
-	r.worstP99 = r.p99
+	r.worstP99 = r.pct(99)
 	// The histogram must give wrk's own percentiles (printed to 3 digits).
 	for _, p := range wrkPct.FindAllSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(string(p[2]), 64)
@@ -404,9 +398,9 @@ func parseWrk(out []byte) (wrkRun, error) {
 		case "s":
 			v *= 1000
 		}
-		mine := r.p99
+		mine := r.pct(99)
 		if string(p[1]) == "50" {
-			mine = r.p50
+			mine = r.pct(50)
 		}
 		if math.Abs(mine-v) > 0.006*v+0.01 {
 			return r, fmt.Errorf("the LATENCY line's p%s is %.3f ms, wrk printed %.3f ms", p[1], mine, v)
@@ -418,8 +412,8 @@ func parseWrk(out []byte) (wrkRun, error) {
 	if n := wrkNon2xx.FindSubmatch(out); n != nil {
 		r.errors = strings.TrimSpace(r.errors + " non-2xx: " + string(n[1]))
 	}
-	r.statuses = map[int]int64{}
-	if s := wrkStatLin.FindSubmatch(out); s != nil {
+	if s := wrkStatLin.FindSubmatch(out); s != nil { // the orders' script; wrk itself counts only non-2xx
+		r.statuses = map[int]int64{}
 		for _, kv := range strings.Fields(string(s[1])) {
 			code, n, _ := strings.Cut(kv, "=")
 			c, _ := strconv.Atoi(code)
@@ -514,7 +508,7 @@ func (r wrkResult) goals() (lines []string, passed bool) {
 		lines = append(lines, fmt.Sprintf("goal lock+version >= 0.2x the /healthz rate (both by wrk): %.0f orders placed/s vs %.0f/s = %.3fx%s, %s.", placed, h, ratio, rounds, met(ratio >= 0.2)))
 	}
 	lines = append(lines, fmt.Sprintf("goal p99 < 50 ms at %d connections: %.1f ms over all the rounds' orders (the %d wrk processes' latency histograms merged; the largest p99 of one process in one round: %.1f ms; /healthz's p99: %.1f ms), %s.",
-		r.conns, r.orders.p99, r.instances, r.orders.worstP99, r.healthz.p99, met(r.orders.p99 < 50)))
+		r.conns, r.orders.pct(99), r.instances, r.orders.worstP99, r.healthz.pct(99), met(r.orders.pct(99) < 50)))
 	var peak int64
 	for _, p := range r.peakRSS {
 		peak = max(peak, p)
@@ -534,7 +528,7 @@ func runWrkPhase(ctx context.Context, o options, runID, token string, stdout io.
 	}
 	_, _ = fmt.Fprintf(stdout, "\nwrk: %d instances (lock+version), %d connections, %v per kind in %d rounds\n", r.instances, r.conns, r.duration, len(r.oRounds))
 	for _, run := range []wrkRun{r.healthz, r.orders} {
-		_, _ = fmt.Fprintf(stdout, "  %-45s %7.0f/s  p50 %6.1f ms  p99 %6.1f ms (one wrk's worst %6.1f ms)  %v %s\n", run.name, run.perSec, run.p50, run.p99, run.worstP99, run.statuses, run.errors)
+		_, _ = fmt.Fprintf(stdout, "  %-45s %7.0f/s  p50 %6.1f ms  p99 %6.1f ms (one wrk's worst %6.1f ms)  %v %s\n", run.name, run.perSec, run.pct(50), run.pct(99), run.worstP99, run.statuses, run.errors)
 	}
 	lines, passed := r.goals()
 	for _, l := range lines {
@@ -581,7 +575,7 @@ func writeWrkDoc(ctx context.Context, path, target string, r wrkResult) error {
 		for c, n := range run.statuses {
 			st = append(st, fmt.Sprintf("%d: %d", c, n))
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.1f | %.1f | %s | %s | %.1f |\n", run.name, run.perSec, run.p50, run.p99, orDash(strings.Join(st, ", ")), orDash(run.errors), run.worstP99)
+		fmt.Fprintf(&b, "| %s | %.0f | %.1f | %.1f | %s | %s | %.1f |\n", run.name, run.perSec, run.pct(50), run.pct(99), orDash(strings.Join(st, ", ")), orDash(run.errors), run.worstP99)
 	}
 	lines, _ := r.goals()
 	b.WriteString("\n")

@@ -39,8 +39,8 @@ func TestParseWrk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.perSec != 1640.02 || r.p50 != 40.4 || r.p99 != 1020 {
-		t.Fatalf("rate %v, p50 %v ms, p99 %v ms; want 1640.02, 40.4, 1020", r.perSec, r.p50, r.p99)
+	if r.perSec != 1640.02 || r.pct(50) != 40.4 || r.pct(99) != 1020 {
+		t.Fatalf("rate %v, p50 %v ms, p99 %v ms; want 1640.02, 40.4, 1020", r.perSec, r.pct(50), r.pct(99))
 	}
 	if want := map[int]int64{201: 16501, 409: 7}; !maps.Equal(r.statuses, want) {
 		t.Fatalf("statuses %v; want %v", r.statuses, want)
@@ -48,7 +48,7 @@ func TestParseWrk(t *testing.T) {
 	if !strings.Contains(r.errors, "timeout 3") || !strings.Contains(r.errors, "non-2xx: 7") {
 		t.Fatalf("errors %q; want the socket errors and the non-2xx count", r.errors)
 	}
-	if r.worstP99 != r.p99 || len(r.latency) != 4 || r.latency[52120] != 9 {
+	if r.worstP99 != r.pct(99) || len(r.latency) != 4 || r.latency[52120] != 9 {
 		t.Fatalf("worst p99 %v, histogram %v; want the p99 and the LATENCY line's 4 values", r.worstP99, r.latency)
 	}
 	if _, err := parseWrk([]byte("unable to connect to 127.0.0.1:1 Connection refused")); err == nil {
@@ -76,11 +76,11 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-// timed gives r the latency histogram h as parseWrk does: its p50 and p99,
-// and the p99 as the worst of one process.
+// timed gives r the latency histogram h as parseWrk does, its p99 the
+// worst of one process.
 func timed(r wrkRun, h map[int64]int64) wrkRun {
-	r.latency, r.p50, r.p99 = h, percentile(h, 50), percentile(h, 99)
-	r.worstP99 = r.p99
+	r.latency = h
+	r.worstP99 = r.pct(99)
 	return r
 }
 
@@ -90,9 +90,9 @@ func TestWrkGoals(t *testing.T) {
 	good := func() wrkResult {
 		return wrkResult{
 			instances: 3, conns: 10, duration: time.Second,
-			healthz: wrkRun{perSec: 400, p99: 20},
+			healthz: timed(wrkRun{perSec: 400}, map[int64]int64{20000: 1}),
 			// wrk's rate counts every answer; the goal counts 201s only
-			orders:     wrkRun{perSec: 900, p99: 40, statuses: map[int]int64{201: 100, 429: 800}},
+			orders:     timed(wrkRun{perSec: 900, statuses: map[int]int64{201: 100, 429: 800}}, map[int64]int64{40000: 1}),
 			warmOrders: 20, dbOrders: 125,
 			audit: map[string]any{"consistent": true, "oversold": 0.0, "sold": 125.0},
 		}
@@ -135,10 +135,10 @@ func TestWrkRounds(t *testing.T) {
 		timed(wrkRun{perSec: 150, statuses: map[int]int64{201: 140, 503: 10}, errors: sockErr}, map[int64]int64{25000: 100, 40000: 50}),
 	}
 	m := mergeRuns(o)
-	if m.perSec != 105 || m.p50 != 25 || m.p99 != 40 || m.worstP99 != 80 || m.statuses[201] != 200 || m.statuses[503] != 10 || m.errors != sockErr {
+	if m.perSec != 105 || m.pct(50) != 25 || m.pct(99) != 40 || m.worstP99 != 80 || m.statuses[201] != 200 || m.statuses[503] != 10 || m.errors != sockErr {
 		t.Fatalf("mergeRuns = %+v", m)
 	}
-	if mh := mergeRuns(h); mh.perSec != 400 || mh.p99 != 7 || mh.worstP99 != 9 || mh.statuses != nil {
+	if mh := mergeRuns(h); mh.perSec != 400 || mh.pct(99) != 7 || mh.worstP99 != 9 || mh.statuses != nil {
 		t.Fatalf("mergeRuns(healthz) = %+v", mh)
 	}
 	if e := mergeRuns([]wrkRun{{errors: "a"}, {}, {errors: "b"}}).errors; e != "a; b" {
@@ -221,15 +221,15 @@ func TestWrkScripts(t *testing.T) {
 	for _, n := range o.latency {
 		timed += n
 	}
-	if answered == 0 || timed < answered || o.statuses[http.StatusConflict] == 0 || o.p99 <= 0 || o.p99 != o.worstP99 {
+	if answered == 0 || timed < answered || o.statuses[http.StatusConflict] == 0 || o.pct(99) <= 0 || o.pct(99) != o.worstP99 {
 		t.Fatalf("orders: statuses %v (%d), %d in the histogram, p99 %v ms, worst %v ms; want at least as many timed, 409s among them, one p99",
-			o.statuses, answered, timed, o.p99, o.worstP99)
+			o.statuses, answered, timed, o.pct(99), o.worstP99)
 	}
 	h, err := runWrk(t.Context(), "healthz", []string{srv.URL}, "/healthz", 4, time.Second, nil, []string{"-s", hscript})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.statuses != nil || len(h.latency) == 0 || h.p99 <= 0 {
-		t.Fatalf("healthz: statuses %v, %d latencies, p99 %v ms; want no statuses, a histogram", h.statuses, len(h.latency), h.p99)
+	if h.statuses != nil || len(h.latency) == 0 || h.pct(99) <= 0 {
+		t.Fatalf("healthz: statuses %v, %d latencies, p99 %v ms; want no statuses, a histogram", h.statuses, len(h.latency), h.pct(99))
 	}
 }
