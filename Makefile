@@ -1,7 +1,7 @@
 GO ?= go
 export CGO_ENABLED ?= 1
 
-.PHONY: help test vet lint unit fuzz run build bench chaos demo k6-check
+.PHONY: help test vet lint unit fuzz run build bench chaos demo k6-check flake-check
 
 ## help: list the targets (from their ## comments)
 help:
@@ -15,6 +15,13 @@ unit:
 
 vet:
 	$(GO) vet ./...
+
+## flake-check: the whole suite FLAKE_ROUNDS times (default 5) with the race detector while CPU burners keep every
+## core busy; reports each test that failed in any round, with its failure; writes docs/results/flake-check.md
+FLAKE_ROUNDS ?= 5
+flake-check:
+	@mkdir -p docs/results
+	$(GO) run ./loadtest/flakecheck -n $(FLAKE_ROUNDS) -report docs/results/flake-check.md ./...
 
 ## lint: golangci-lint (the version pinned here, built by `go run`) with .golangci.yml, on this module, bench/ and loadtest/composecheck/
 GOLANGCI_LINT_VERSION ?= v2.15.0

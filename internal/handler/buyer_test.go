@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,9 +270,18 @@ func TestPerBuyerLimitIsExact(t *testing.T) {
 func TestNoneExceedsTheLimit(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
-	slow := func() { time.Sleep(50 * time.Millisecond) }
-	ins := []*instance{newInstance(t, d, instanceOpts{strategy: service.StrategyNone, hook: slow}),
-		newInstance(t, d, instanceOpts{strategy: service.StrategyNone, hook: slow})}
+	// The first order to reach COMMIT holds its buyer_purchases row until
+	// another order of the buyer is blocked writing that row: that one read
+	// the allowance before the first committed, so both are placed.
+	blocked := d.statementWaits(t, "INSERT INTO `buyer_purchases`")
+	var first atomic.Bool
+	hook := func() {
+		if first.CompareAndSwap(false, true) && !blocked(time.Minute) {
+			t.Error("no second order of the buyer blocked on its buyer_purchases row within a minute")
+		}
+	}
+	ins := []*instance{newInstance(t, d, instanceOpts{strategy: service.StrategyNone, hook: hook}),
+		newInstance(t, d, instanceOpts{strategy: service.StrategyNone, hook: hook})}
 	ins[0].setLimit(t, "NONE", 1000, 1)
 	var wg sync.WaitGroup
 	for i := range 20 {

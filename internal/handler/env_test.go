@@ -253,13 +253,20 @@ func count(rs []reply) map[int]int {
 // happened within timeout, and may be called from a server goroutine.
 func (d *db) stockUpdateWaits(t testing.TB) func(timeout time.Duration) bool {
 	t.Helper()
+	return d.statementWaits(t, "UPDATE `stock`")
+}
+
+// statementWaits is stockUpdateWaits for any statement that starts with
+// prefix (as MySQL's process list shows it).
+func (d *db) statementWaits(t testing.TB, prefix string) func(timeout time.Duration) bool {
+	t.Helper()
 	sqlDB := openSQL(t, d.dsn)
 	return func(timeout time.Duration) bool {
 		for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 			var n int
 			err := sqlDB.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM information_schema.processlist
 				WHERE db = DATABASE() AND command = 'Query' AND id <> CONNECTION_ID() AND time_ms >= 100
-				AND info LIKE 'UPDATE `+"`stock`"+`%'`).Scan(&n)
+				AND info LIKE CONCAT(?, '%')`, prefix).Scan(&n)
 			if err != nil {
 				t.Errorf("process list: %v", err)
 				return false

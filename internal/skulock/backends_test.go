@@ -262,7 +262,9 @@ func TestOpenRefuses(t *testing.T) {
 // Close stops everything a backend started: the reaper, background
 // releases, the masters' connections.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	// The test's own Redis servers are waited for until the test ends.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
+		goleak.IgnoreAnyFunction("github.com/seckill/stock/internal/testserver.startProcess.func1"))
 	dsn := migrated(t)
 	ms := threeMasters(t)
 	rdb := redis.NewClient(&redis.Options{Addr: ms[0].Addr})

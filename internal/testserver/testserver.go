@@ -7,7 +7,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,8 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/freeport"
 )
 
 // SharedRedis is the machine's Redis.
@@ -28,16 +29,18 @@ const SharedRedis = "127.0.0.1:6379"
 // SharedMySQL is the machine's MariaDB, as a DSN without a database.
 const SharedMySQL = "root@tcp(127.0.0.1:3306)/"
 
-// FreePort returns a TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port reserved for this test until it ends
+// (see package freeport: below the ephemeral range, locked against every
+// other test process, free when picked). A server the test starts on it can
+// be killed and restarted on the same port.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	p, err := freeport.Reserve()
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Cleanup(p.Release)
+	return p.Number
 }
 
 // Redis is a private redis-server process.
@@ -46,7 +49,7 @@ type Redis struct {
 	Port int
 	Dir  string
 	args []string
-	cmd  *exec.Cmd
+	proc *process
 	t    testing.TB
 }
 
@@ -63,32 +66,34 @@ func StartRedis(t testing.TB, extra ...string) *Redis {
 	return r
 }
 
-// Start (re)starts the server on its port and waits until it answers PING.
+// Start (re)starts the server on its port and waits until it answers PING
+// as this process (INFO's process_id), not as some other server on the port.
 func (r *Redis) Start() {
 	r.t.Helper()
 	// The server lives until Kill, not until a context ends.
-	r.cmd = exec.CommandContext(context.Background(), "redis-server", r.args...) //nolint:gosec // G204: a test server binary with the test's own arguments
-	if err := r.cmd.Start(); err != nil {
+	cmd := exec.CommandContext(context.Background(), "redis-server", r.args...) //nolint:gosec // G204: a test server binary with the test's own arguments
+	p, err := startProcess(cmd)
+	if err != nil {
 		r.t.Fatalf("start redis-server: %v", err)
 	}
-	WaitRedis(r.t, r.Addr)
+	r.proc = p
+	if err := waitRedisPID(r.Addr, p); err != nil {
+		log, _ := os.ReadFile(filepath.Join(r.Dir, "redis.log"))
+		r.Kill()
+		r.t.Fatalf("redis-server on %s: %v\n%s", r.Addr, err, log)
+	}
 }
 
 // Kill stops the server with SIGKILL and waits for it to exit.
 func (r *Redis) Kill() {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGCONT)
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-	r.cmd = nil
+	r.proc.kill()
+	r.proc = nil
 }
 
 // Signal sends sig to the server (SIGSTOP pauses it, SIGCONT resumes it).
 func (r *Redis) Signal(sig syscall.Signal) {
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Signal(sig)
+	if r.proc != nil {
+		_ = r.proc.cmd.Process.Signal(sig)
 	}
 }
 
@@ -161,7 +166,7 @@ type MariaDB struct {
 	Port int
 	Base string // DSN without a database, ending in "/"
 	dir  string
-	cmd  *exec.Cmd
+	proc *process
 	t    testing.TB
 }
 
@@ -182,35 +187,108 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	return m
 }
 
-// Start (re)starts the server and waits until it accepts connections.
+// Start (re)starts the server and waits until it accepts connections as
+// this server (its @@datadir), not as some other server on the port.
 func (m *MariaDB) Start() {
 	m.t.Helper()
+	data := filepath.Join(m.dir, "data")
 	// The server lives until Kill, not until a context ends.
-	m.cmd = exec.CommandContext(context.Background(), "mariadbd", "--no-defaults", "--datadir="+filepath.Join(m.dir, "data"), //nolint:gosec // G204: a test server binary with the test's own arguments
+	cmd := exec.CommandContext(context.Background(), "mariadbd", "--no-defaults", "--datadir="+data, //nolint:gosec // G204: a test server binary with the test's own arguments
 		"--port="+strconv.Itoa(m.Port), "--bind-address=127.0.0.1", "--socket="+filepath.Join(m.dir, "sock"),
 		"--user=root", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=64M")
-	if err := m.cmd.Start(); err != nil {
+	var log strings.Builder
+	cmd.Stderr = &log
+	p, err := startProcess(cmd)
+	if err != nil {
 		m.t.Fatalf("start mariadbd: %v", err)
 	}
+	m.proc = p
 	db, _ := sql.Open("mysql", m.Base)
 	defer func() { _ = db.Close() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for db.PingContext(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			m.t.Fatalf("mariadbd on %d did not start", m.Port)
+	err = waitUntil(p, 60*time.Second, 100*time.Millisecond, func() error {
+		var dir string
+		if err := db.QueryRowContext(context.Background(), "SELECT @@datadir").Scan(&dir); err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		if filepath.Clean(dir) != filepath.Clean(data) {
+			return fmt.Errorf("port %d is served by another server (datadir %s)", m.Port, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		m.Kill()
+		m.t.Fatalf("mariadbd on %d: %v\n%s", m.Port, err, log.String())
 	}
 }
 
 // Kill stops the server with SIGKILL and waits for it.
 func (m *MariaDB) Kill() {
-	if m.cmd == nil || m.cmd.Process == nil {
+	m.proc.kill()
+	m.proc = nil
+}
+
+// process is a started server and the channel closed when it exits.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startProcess(cmd *exec.Cmd) (*process, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// kill resumes (if paused) and kills the process, and waits for it.
+func (p *process) kill() {
+	if p == nil {
 		return
 	}
-	_ = m.cmd.Process.Kill()
-	_ = m.cmd.Wait()
-	m.cmd = nil
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// waitUntil calls ready every poll until it returns nil, the process exits
+// (an error: it could not bind its port, say), or timeout passes.
+func waitUntil(p *process, timeout, poll time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("the server exited (%v) before it was ready; last check: %w", p.cmd.ProcessState, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %v: %w", timeout, err)
+		}
+		time.Sleep(poll)
+	}
+}
+
+// waitRedisPID waits until the Redis at addr answers as process p.
+func waitRedisPID(addr string, p *process) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer func() { _ = c.Close() }()
+	return waitUntil(p, 30*time.Second, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		if want := "process_id:" + strconv.Itoa(p.cmd.Process.Pid); !strings.Contains(info, want+"\r\n") {
+			return fmt.Errorf("%s is served by another process (want %s)", addr, want)
+		}
+		return nil
+	})
 }
 
 // StartCluster starts a Redis Cluster of three masters (no replicas) on free
@@ -290,12 +368,15 @@ func StartSentinel(t testing.TB) *Sentinel {
 		}
 		// The sentinel lives until the test's clean-up kills it.
 		cmd := exec.CommandContext(context.Background(), "redis-server", conf, "--sentinel") //nolint:gosec // G204: a test server binary with the test's own arguments
-		if err := cmd.Start(); err != nil {
+		p, err := startProcess(cmd)
+		if err != nil {
 			t.Fatalf("start sentinel: %v", err)
 		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		t.Cleanup(p.kill)
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		WaitRedis(t, addr)
+		if err := waitRedisPID(addr, p); err != nil {
+			t.Fatalf("sentinel on %s: %v", addr, err)
+		}
 		s.Sentinels = append(s.Sentinels, addr)
 	}
 	// Wait until the sentinels know the replica.

@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,35 +12,38 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/freeport"
 )
 
 // Redis is a private redis-server on a free loopback port (no persistence),
 // for runs that must count its commands or fail it: the demo's gates phase.
 type Redis struct {
 	Addr string
+	port *freeport.Port
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
 // StartRedis starts redis-server with its files in dir and waits until it
-// answers PING. The server dies with this process (Linux).
+// answers PING as itself (INFO's process_id). The server dies with this
+// process (Linux).
 func StartRedis(ctx context.Context, dir string) (*Redis, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
 	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: the server's files and log, in a directory the caller chose
 		return nil, err
 	}
-	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
+	p, err := freeport.Reserve()
+	if err != nil {
+		return nil, err
+	}
+	port := p.Number
+	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), port: p, done: make(chan struct{})}
 	// Without ctx's cancel: the server lives until Kill, which the caller owns.
 	r.cmd = exec.CommandContext(context.WithoutCancel(ctx), "redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", //nolint:gosec // G204: redis-server on our own port and directory
 		"--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
 	r.cmd.SysProcAttr = sysProcAttr()
 	if err := r.cmd.Start(); err != nil {
+		p.Release()
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
 	go func() { _ = r.cmd.Wait(); close(r.done) }()
@@ -49,8 +51,11 @@ func StartRedis(ctx context.Context, dir string) (*Redis, error) {
 	defer func() { _ = c.Close() }()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := c.Ping(pctx).Err()
+		info, err := c.Info(pctx, "server").Result()
 		cancel()
+		if err == nil && !strings.Contains(info, fmt.Sprintf("process_id:%d\r\n", r.cmd.Process.Pid)) {
+			err = fmt.Errorf("%s is served by another process", r.Addr)
+		}
 		if err == nil {
 			return r, nil
 		}
@@ -83,4 +88,5 @@ func (r *Redis) Kill() {
 	_ = r.cmd.Process.Signal(syscall.SIGCONT)
 	_ = r.cmd.Process.Kill()
 	<-r.done
+	r.port.Release()
 }
