@@ -33,11 +33,15 @@ var (
 	//go:embed reenter.lua
 	reenterSrc string
 	//go:embed release.lua
-	releaseSrc string
+	releaseBody string
+	//go:embed wakefair.lua
+	wakeFairSrc string
+	releaseSrc  = wakeFairSrc + releaseBody
 	//go:embed renew.lua
 	renewSrc string
 	//go:embed force.lua
-	forceSrc string
+	forceBody string
+	forceSrc  = wakeFairSrc + forceBody
 	//go:embed leave.lua
 	leaveSrc string
 	//go:embed transfer.lua
@@ -210,6 +214,10 @@ func (c *Client) Mutex(name string) *Mutex {
 		queue:   prefixed("golock_line", name),
 		timeout: prefixed("golock_line_deadline", name),
 		latch:   prefixed("redisson_unlock_latch", name) + ":",
+		// RedissonFairLock's line, read by a full release to wake its first
+		// thread.
+		fairQueue:    prefixed("redisson_lock_queue", name),
+		fairTimeouts: prefixed("redisson_lock_timeout", name),
 	}
 	m.acquireKeys = []string{m.name, m.token, m.queue, m.timeout}
 	return m
@@ -371,9 +379,14 @@ func (c *Client) renewBatch(ls []*lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.watchdog/3)
 	defer cancel()
 	sent := c.now()
-	res, err := renewScript.Run(ctx, c.rdb, keys, args...).Int64Slice()
-	if err == nil && len(res) != len(ls) {
-		err = fmt.Errorf("lock: renew: %d replies for %d holds", len(res), len(ls))
+	gonePos, err := renewScript.Run(ctx, c.rdb, keys, args...).Int64Slice()
+	gone := make([]bool, len(ls))
+	for _, p := range gonePos {
+		if p < 1 || p > int64(len(ls)) {
+			err = fmt.Errorf("lock: renew: position %d in the reply for %d holds", p, len(ls))
+			break
+		}
+		gone[p-1] = true
 	}
 	if err != nil {
 		if c.hooks.Renewed != nil {
@@ -383,7 +396,7 @@ func (c *Client) renewBatch(ls []*lease) {
 	}
 	renewed, lost := 0, 0
 	for i, l := range ls {
-		if res[i] == 1 {
+		if !gone[i] {
 			if l.extend(sent) {
 				renewed++
 			}

@@ -64,6 +64,12 @@
 //     for longer). A full unlock with a waiter in the same Client hands the
 //     lock straight to it, at most four turns in a row before the lock goes
 //     back to the line.
+//   - Java threads of a RedissonFairLock on the same name keep their own
+//     line ("redisson_lock_queue:{<name>}" and "redisson_lock_timeout:{<name>}"),
+//     which this package never writes. A full unlock here wakes the first of
+//     them whose wait has not run out, on its own channel
+//     ("redisson_lock__channel:{<name>}:<uuid>:<threadId>"), as Redisson's
+//     fair unlock does.
 //   - An Unlock that Redis did not answer is retried in the background while
 //     the lease could still be alive, so a failover does not leave the lock
 //     held for a whole lease.

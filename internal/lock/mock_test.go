@@ -38,7 +38,8 @@ func expectAcquire(mock redismock.ClientMock, owner string, inLine int64) *redis
 // fence (0: unknown, an undo), at count want.
 func expectRelease(mock redismock.ClientMock, owner string, fence, want int64) *redismock.ExpectedCmd {
 	return mock.ExpectEvalSha(releaseScript.Hash(),
-		[]string{mockName, "redisson_lock__channel:stock:{SKU-1}", "redisson_unlock_latch:stock:{SKU-1}:" + strconv.FormatInt(fence, 10)},
+		[]string{mockName, "redisson_lock__channel:stock:{SKU-1}", "redisson_unlock_latch:stock:{SKU-1}:" + strconv.FormatInt(fence, 10),
+			"redisson_lock_queue:stock:{SKU-1}", "redisson_lock_timeout:stock:{SKU-1}"},
 		int64(30000), owner, want, int64(10000))
 }
 

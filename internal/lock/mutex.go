@@ -22,6 +22,8 @@ type Mutex struct {
 	timeout string // zset: each waiting client's deadline
 	latch   string // prefix of the unlock latch keys
 
+	fairQueue, fairTimeouts string // RedissonFairLock's line of threads, read on release
+
 	acquireKeys []string
 }
 
@@ -80,7 +82,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		if len(owners) == 0 {
 			return false, nil
 		}
-		n, err := m.c.forceCall(ctx, []string{m.name, m.channel, latch}, owners[0], call)
+		n, err := m.c.forceCall(ctx, []string{m.name, m.channel, latch, m.fairQueue, m.fairTimeouts}, owners[0], call)
 		if err != nil {
 			return false, fmt.Errorf("lock: force unlock %q: %w", m.name, err)
 		}
@@ -237,7 +239,7 @@ func acquireErr(ctx context.Context, name string, err error) error {
 func (m *Mutex) releaseCall(ctx context.Context, owner string, fence, want int64, dur time.Duration) (int64, error) {
 	var buf [128]byte // on the stack for names of usual length
 	latch := string(strconv.AppendInt(append(buf[:0], m.latch...), fence, 10))
-	keys := []string{m.name, m.channel, latch}
+	keys := []string{m.name, m.channel, latch, m.fairQueue, m.fairTimeouts}
 	if m.c.sharded(ctx) {
 		return releaseScript.Run(ctx, m.c.rdb, keys, msArg(dur), owner, want, latchMsArg, spublishArg).Int64()
 	}

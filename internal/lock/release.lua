@@ -1,6 +1,7 @@
 -- Release one level of a chain, as a compare-and-set on the count so a resend is a no-op.
 -- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch of this chain
--- (named by its fencing token, holding the owner field)
+-- (named by its fencing token, holding the owner field), KEYS[4] and KEYS[5]
+-- RedissonFairLock's line and timeouts (read only: wakeFairWaiter)
 -- ARGV[1] lease in ms, ARGV[2] owner field, ARGV[3] count the caller last saw,
 -- ARGV[4] latch lifetime in ms, ARGV[5] '1' to SPUBLISH the unlock message too
 -- (a cluster with sharded pub/sub; absent otherwise). SPUBLISH goes by pcall
@@ -29,5 +30,6 @@ end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], '0')
 if ARGV[5] == '1' then redis.pcall('spublish', KEYS[2], '0') end
+wakeFairWaiter(KEYS[4], KEYS[5], KEYS[2], ARGV[5] == '1')
 redis.call('set', KEYS[3], ARGV[2], 'px', ARGV[4])
 return 2

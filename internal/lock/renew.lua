@@ -1,13 +1,14 @@
--- Batched watchdog renewal: one call for many holds of one hash slot.
--- KEYS[i] lock hash i; ARGV[1] lease in ms; ARGV[i+1] owner field of hold i
--- Reply: array, 1 where the lease was extended, 0 where the owner lost the lock.
-local r = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('hexists', key, ARGV[i + 1]) == 1 then
-    redis.call('pexpire', key, ARGV[1])
-    r[i] = 1
+-- Batched watchdog renewal: one call extends many holds of one hash slot.
+-- KEYS: the lock hashes; ARGV[1] lease in ms, then the owner field of each
+-- lock, in the order of KEYS.
+-- Reply: the positions (1-based) of the locks their owner no longer holds;
+-- every other lock has its lease again.
+local lost = {}
+for i = 1, #KEYS do
+  if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 0 then
+    lost[#lost + 1] = i
   else
-    r[i] = 0
+    redis.call('pexpire', KEYS[i], ARGV[1])
   end
 end
-return r
+return lost

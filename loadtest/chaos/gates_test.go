@@ -53,7 +53,12 @@ func pauseBackend(backend string) func(t *testing.T, row *Row) {
 func redlockMasterKilled(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, redlock"
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.BackendRedlock, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
+	// A live master that does not answer within the node timeout counts as
+	// down, and a round without a majority sends orders DB-only for a
+	// second: the row gives the two live masters 2s (not the default 100ms)
+	// so that only the killed one can be missing, however busy the machine.
+	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.BackendRedlock,
+		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms", "STOCK_REDLOCK_NODE_TIMEOUT": "2s"}})
 	stock := size[int64](300, 1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
