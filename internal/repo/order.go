@@ -59,8 +59,9 @@ func (s *Store) findOrder(q *gorm.DB) (service.Order, error) {
 // Deduct places an order in one transaction, guarded as d.Write says. The
 // guarding UPDATE is the last statement before COMMIT, so a miss rolls back
 // the order and ledger rows with it. It returns service.ErrSoldOut,
-// service.ErrUnknownSKU, service.ErrConflict (versioned UPDATE matched no
-// row), service.ErrDuplicateKey, an error wrapping service.ErrUnavailable or
+// service.ErrUnknownSKU, service.ErrConflict (the versioned UPDATE matched
+// no row, or the conditional one met a per-buyer limit other than the one
+// it read), service.ErrDuplicateKey, an error wrapping service.ErrUnavailable or
 // service.ErrBusy, or the error of d.BeforeCommit.
 func (s *Store) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
 	var o service.Order
@@ -201,8 +202,9 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		}
 	} else {
 		// The conditional UPDATE reads nothing first; the limit is read here
-		// (a plain read: a limit changed by the admin meanwhile applies to
-		// the orders that read it after the change).
+		// with a plain read, and the UPDATE matches only while the row still
+		// has it (a limit changed meanwhile: service.ErrConflict, and the
+		// order is tried again in a new transaction).
 		var lim []int64
 		if err := tx.Model(&stockModel{}).Where("sku = ?", d.SKU).Limit(1).Pluck("per_buyer_limit", &lim).Error; err != nil {
 			return service.Order{}, translate(ctx, "read stock", err)
@@ -233,7 +235,7 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	case service.WriteVersioned:
 		upd = upd.Where("version = ? AND available >= ?", cur.Version, q).Updates(sale(q, now))
 	case service.WriteConditional:
-		upd = upd.Where("available >= ?", q).Updates(sale(q, now))
+		upd = upd.Where("available >= ? AND per_buyer_limit = ?", q, cur.PerBuyerLimit).Updates(sale(q, now))
 	case service.WriteForUpdate:
 		upd = upd.Updates(sale(q, now))
 	default:
@@ -247,13 +249,14 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		case service.WriteVersioned:
 			return service.Order{}, service.ErrConflict
 		case service.WriteConditional:
-			// Sold out or unknown: tell them apart outside the hot path.
-			var n int64
-			if err := tx.Model(&stockModel{}).Where("sku = ?", d.SKU).Count(&n).Error; err != nil {
-				return service.Order{}, translate(ctx, "read stock", err)
+			// Sold out, unknown or a new limit: tell them apart outside the
+			// hot path, from the row as it is now (a locking read).
+			row, err := readStock(tx, d.SKU, true)
+			if err != nil {
+				return service.Order{}, err
 			}
-			if n == 0 {
-				return service.Order{}, service.ErrUnknownSKU
+			if row.PerBuyerLimit != cur.PerBuyerLimit {
+				return service.Order{}, service.ErrConflict
 			}
 			return service.Order{}, service.ErrSoldOut
 		}

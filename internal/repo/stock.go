@@ -80,14 +80,18 @@ func (s *Store) SetStock(ctx context.Context, sku string, available, perBuyerLim
 			out = row.stock()
 		} else {
 			if cur.Available == available {
-				// The count does not change: no version bump, no zero-delta
-				// ledger row; only a new limit is written.
+				// The count does not change: no zero-delta ledger row. A
+				// new limit bumps the version, so that an order which read
+				// the old limit cannot commit (its versioned UPDATE misses,
+				// and the conditional one checks the limit it read).
 				out = cur.stock()
 				if cur.PerBuyerLimit == perBuyerLimit {
 					return nil
 				}
-				out.PerBuyerLimit = perBuyerLimit
-				if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Update("per_buyer_limit", perBuyerLimit).Error; err != nil {
+				out.PerBuyerLimit, out.Version = perBuyerLimit, cur.Version+1
+				if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
+					"per_buyer_limit": perBuyerLimit, "version": gorm.Expr("version + 1"), "updated_at": now,
+				}).Error; err != nil {
 					return err
 				}
 				return recountPurchases(tx, sku, cur.PerBuyerLimit, perBuyerLimit)

@@ -124,12 +124,12 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 
 	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
 	switch s.cfg.Strategy {
-	case StrategyNone, StrategyConditional, StrategyForUpdate:
+	case StrategyNone, StrategyForUpdate:
 		d.Write = s.info.Write
 		o, err = s.deductNow(ctx, d)
-	case StrategyVersion:
-		d.Write = WriteVersioned
-		o, err = s.placeVersioned(ctx, d)
+	case StrategyVersion, StrategyConditional:
+		d.Write = s.info.Write
+		o, err = s.placeRetrying(ctx, d)
 	case StrategyLockVersion:
 		if s.cfg.BatchMax > 1 {
 			o, err = s.placeCombined(ctx, d)

@@ -23,7 +23,7 @@ func (s *Service) placeWithoutRedis(ctx context.Context, d Deduction, cause erro
 	}
 	s.metrics.DBOnlyOrder()
 	d.Write = WriteConditional
-	return s.deductNow(ctx, d)
+	return s.placeRetrying(ctx, d)
 }
 
 func (s *Service) skipLock() bool {

@@ -38,10 +38,11 @@ func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
 	return o, err
 }
 
-// placeVersioned runs the versioned UPDATE, retrying each conflict in a NEW
-// transaction: under REPEATABLE READ a retry in the same one would re-read
-// its old snapshot and could never succeed.
-func (s *Service) placeVersioned(ctx context.Context, d Deduction) (Order, error) {
+// placeRetrying runs d's guarded write (versioned, or conditional, whose
+// UPDATE also checks the per-buyer limit it read), retrying each conflict in
+// a NEW transaction: under REPEATABLE READ a retry in the same one would
+// re-read its old snapshot and could never succeed.
+func (s *Service) placeRetrying(ctx context.Context, d Deduction) (Order, error) {
 	ctx, cancel := s.writeCtx(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {

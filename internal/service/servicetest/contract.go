@@ -169,14 +169,14 @@ func contractSetStock(t *testing.T, s ContractStore) {
 	unchanged(t, s, "SetStock to the current value", "S", before, 1)
 
 	st = mustSetStock(t, s, "S", 5, 2)
-	want = service.Stock{SKU: "S", Available: 5, Version: 1, PerBuyerLimit: 2}
+	want = service.Stock{SKU: "S", Available: 5, Version: 2, PerBuyerLimit: 2}
 	if st != want {
-		t.Fatalf("SetStock of a new limit alone = %+v; want %+v (no version bump)", st, want)
+		t.Fatalf("SetStock of a new limit alone = %+v; want %+v (the version bumped: an order that read the old limit must not commit)", st, want)
 	}
-	unchanged(t, s, "SetStock of a new limit alone", "S", want, 1)
+	unchanged(t, s, "SetStock of a new limit alone (no ledger row)", "S", want, 1)
 
 	st = mustSetStock(t, s, "S", 8, 2)
-	want = service.Stock{SKU: "S", Available: 8, Version: 2, PerBuyerLimit: 2}
+	want = service.Stock{SKU: "S", Available: 8, Version: 3, PerBuyerLimit: 2}
 	if st != want || mustStock(t, s, "S") != want || s.LedgerRows(t, "S") != 2 {
 		t.Fatalf("SetStock(8) = %+v, ledger rows %d; want %+v and 2 rows", st, s.LedgerRows(t, "S"), want)
 	}
@@ -184,7 +184,7 @@ func contractSetStock(t *testing.T, s ContractStore) {
 		t.Fatal(err)
 	}
 	st = mustSetStock(t, s, "S", 1, 0)
-	want = service.Stock{SKU: "S", Available: 1, Sold: 2, Version: 4}
+	want = service.Stock{SKU: "S", Available: 1, Sold: 2, Version: 5}
 	if st != want {
 		t.Fatalf("SetStock(1) after a sale of 2 = %+v; want %+v", st, want)
 	}

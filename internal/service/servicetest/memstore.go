@@ -342,6 +342,8 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, available, perBuyer
 		st.stocked += delta
 		st.Version++
 		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{restock: true, delta: delta})
+	} else if from != perBuyerLimit {
+		st.Version++ // a new limit moves the version too: an order that read the old one must not commit
 	}
 	st.PerBuyerLimit = perBuyerLimit
 	if from == 0 && perBuyerLimit != 0 {
