@@ -12,8 +12,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -114,8 +116,8 @@ func (v *Verifier) Verify(token string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	if claims.Subject == "" || len(claims.Subject) > MaxSubject {
-		return "", fmt.Errorf("%w: sub must be 1-%d bytes", ErrInvalidToken, MaxSubject)
+	if err := ValidSubject(claims.Subject); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if v.cache != nil {
 		// The window the parser accepted: exp is required; nbf is optional.
@@ -200,11 +202,32 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 	return nil, fmt.Errorf("unexpected signing method %v", t.Header["alg"])
 }
 
+// ValidSubject returns an error saying why sub cannot be a buyer id: it
+// must be 1-MaxSubject bytes, without leading or trailing white space and
+// without control characters. Buyer ids are compared byte for byte, so
+// "alice " would be another buyer than "alice" while looking the same in
+// every log and admin screen; such ids are refused, not trimmed.
+func ValidSubject(sub string) error {
+	switch {
+	case sub == "" || len(sub) > MaxSubject:
+		return fmt.Errorf("sub must be 1-%d bytes", MaxSubject)
+	case strings.TrimSpace(sub) != sub:
+		return errors.New("sub must not start or end with white space")
+	case strings.ContainsFunc(sub, unicode.IsControl):
+		return errors.New("sub must not contain control characters")
+	}
+	return nil
+}
+
 // Mint returns an HS256 token for buyer, valid for ttl, with iss and aud if
-// not empty: for local use, the examples and the load tests.
+// not empty: for local use, the examples and the load tests. A buyer that
+// ValidSubject refuses is an error.
 func Mint(secret []byte, buyer string, ttl time.Duration, issuer, audience string) (string, error) {
 	if len(secret) < MinSecret {
 		return "", fmt.Errorf("auth: the HS256 secret must be at least %d bytes", MinSecret)
+	}
+	if err := ValidSubject(buyer); err != nil {
+		return "", fmt.Errorf("auth: %w", err)
 	}
 	now := time.Now()
 	claims := jwt.RegisteredClaims{Subject: buyer, Issuer: issuer, IssuedAt: jwt.NewNumericDate(now),

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -291,5 +292,45 @@ func TestNoneExceedsTheLimit(t *testing.T) {
 	wg.Wait()
 	if a := ins[0].audit(t, "NONE"); a.BuyersOverLimit == 0 || a.Consistent {
 		t.Fatalf("none with 20 concurrent orders of one buyer, limit 1: audit = %+v; want the buyer caught over the limit", a)
+	}
+}
+
+// A token whose sub is another buyer's id with white space around it, or
+// with a control character in it, is refused (401) on every buyer route:
+// ids are compared byte for byte, and one that differs from another only
+// in what no screen shows is not accepted as a buyer at all. The store
+// side is TestBuyerMatchesExactly (internal/repo).
+func TestPaddedBuyerIDsAreRefused(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	in := newInstance(t, d, instanceOpts{})
+	in.setStock(t, "PAD", 10)
+	placed := in.orderAs(t, "alice", "k1", "PAD", 1)
+	if placed.status != http.StatusCreated {
+		t.Fatalf("alice's order = %d %s", placed.status, placed.body)
+	}
+	var o struct{ ID int64 }
+	if err := json.Unmarshal(placed.body, &o); err != nil || o.ID == 0 {
+		t.Fatalf("alice's order %s: %v", placed.body, err)
+	}
+	for _, sub := range []string{"alice ", " alice", "alice\t", "alice\n", "ali\x00ce", "alice\u0085", "alice\u00a0"} {
+		tok := "Bearer " + sign(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()})
+		for _, req := range []struct{ method, path, body string }{
+			{"POST", "/v1/orders", `{"sku":"PAD","quantity":1}`},
+			{"GET", "/v1/orders", ""},
+			{"GET", fmt.Sprintf("/v1/orders/%d", o.ID), ""},
+		} {
+			h := jsonHeader("Idempotency-Key", "k1", "Authorization", tok)
+			if req.body == "" {
+				h = map[string]string{"Authorization": tok}
+			}
+			r := do(t, req.method, in.url+req.path, h, req.body)
+			if r.status != http.StatusUnauthorized || r.problemType() != "invalid-token" {
+				t.Errorf("%s %s with sub %q = %d %s; want 401 invalid-token", req.method, req.path, sub, r.status, r.body)
+			}
+		}
+	}
+	if n := len(d.ordersOf(t, "PAD")); n != 1 {
+		t.Fatalf("orders of PAD = %d; want alice's one", n)
 	}
 }

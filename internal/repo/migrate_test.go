@@ -105,3 +105,35 @@ func sqlFiles(t *testing.T) []string {
 	}
 	return names
 }
+
+// Every migration's Down undoes its Up: all the way down on a migrated
+// database, then up again, both without an error.
+func TestMigrationsDownAndUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := testserver.Database(t)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	p, err := goose.NewProvider(goose.DialectMySQL, db, migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down to 0: %v", err)
+	}
+	if v, err := p.GetDBVersion(ctx); err != nil || v != 0 {
+		t.Fatalf("version after down to 0 = %d, %v; want 0", v, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if v, err := p.GetDBVersion(ctx); err != nil || v != int64(len(sqlFiles(t))) {
+		t.Fatalf("version after up again = %d, %v; want %d", v, err, len(sqlFiles(t)))
+	}
+}

@@ -12,9 +12,16 @@ import (
 )
 
 // OrderByKey returns the order the buyer placed with an idempotency key, or
-// service.ErrOrderNotFound; other errors wrap service.ErrUnavailable.
+// service.ErrOrderNotFound; other errors wrap service.ErrUnavailable. The
+// buyer matches byte for byte (the column is binary, and the row is
+// checked again here: a schema with a PAD SPACE collation would match
+// "alice " to "alice").
 func (s *Store) OrderByKey(ctx context.Context, buyer, key string) (service.Order, error) {
-	return s.findOrder(s.db.WithContext(ctx).Where("buyer = ? AND idempotency_key = ?", buyer, key))
+	o, err := s.findOrder(s.db.WithContext(ctx).Where("buyer = ? AND idempotency_key = ?", buyer, key))
+	if err == nil && (o.Buyer != buyer || o.Key != key) {
+		return service.Order{}, service.ErrOrderNotFound
+	}
+	return o, err
 }
 
 // Order returns an order by id, or service.ErrOrderNotFound.
@@ -23,7 +30,8 @@ func (s *Store) Order(ctx context.Context, id int64) (service.Order, error) {
 }
 
 // Orders returns the buyer's orders (of sku, unless ""), newest first, with
-// ids below before (0: from the newest), at most limit.
+// ids below before (0: from the newest), at most limit. The buyer matches
+// byte for byte, as in OrderByKey.
 func (s *Store) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error) {
 	q := s.db.WithContext(ctx).Where("buyer = ?", buyer)
 	if sku != "" {
@@ -36,9 +44,11 @@ func (s *Store) Orders(ctx context.Context, buyer, sku string, before int64, lim
 	if err := q.Order("id DESC").Limit(limit).Find(&rows).Error; err != nil {
 		return nil, translate(ctx, "list orders", err)
 	}
-	out := make([]service.Order, len(rows))
-	for i, r := range rows {
-		out[i] = r.order()
+	out := make([]service.Order, 0, len(rows))
+	for _, r := range rows {
+		if r.Buyer == buyer {
+			out = append(out, r.order())
+		}
 	}
 	return out, nil
 }

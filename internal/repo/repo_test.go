@@ -133,3 +133,45 @@ func TestPrecheck(t *testing.T) {
 		t.Fatalf("Precheck order = %+v; want %+v", *o, placed)
 	}
 }
+
+// Buyer ids match byte for byte in every read by buyer: "alice " (a padded
+// id, which a PAD SPACE collation would take for "alice") finds none of
+// alice's orders, and the column itself compares exactly.
+func TestBuyerMatchesExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := testserver.Database(t)
+	s, err := repo.Open(ctx, dsn, repo.Options{MaxOpenConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustSet(t, s, "EX", 10, 0)
+	if _, err := s.Deduct(ctx, deduction("EX", "alice", "k1", service.WriteConditional)); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{"alice ", "alice  ", "ALICE"} {
+		if o, err := s.OrderByKey(ctx, other, "k1"); !errors.Is(err, service.ErrOrderNotFound) {
+			t.Errorf("OrderByKey(%q, k1) = %+v, %v; want ErrOrderNotFound", other, o, err)
+		}
+		if os, err := s.Orders(ctx, other, "", 0, 10); err != nil || len(os) != 0 {
+			t.Errorf("Orders(%q) = %+v, %v; want none", other, os, err)
+		}
+		if _, prev, err := s.Precheck(ctx, "EX", other, "k1"); err != nil || prev != nil {
+			t.Errorf("Precheck(EX, %q, k1) = %+v, %v; want no order", other, prev, err)
+		}
+		if taken, err := s.KeysTaken(ctx, []service.BuyerKey{{Buyer: other, Key: "k1"}}); err != nil || taken[0] {
+			t.Errorf("KeysTaken(%q, k1) = %v, %v; want false", other, taken, err)
+		}
+		var n int
+		if err := sqlDB(t, dsn).QueryRowContext(ctx, "SELECT COUNT(*) FROM orders WHERE buyer = ?", other).Scan(&n); err != nil || n != 0 {
+			t.Errorf("orders WHERE buyer = %q: %d, %v; want 0 (the column compares byte for byte)", other, n, err)
+		}
+	}
+	if o, err := s.OrderByKey(ctx, "alice", "k1"); err != nil || o.Buyer != "alice" {
+		t.Fatalf("OrderByKey(alice, k1) = %+v, %v; want alice's order", o, err)
+	}
+}

@@ -27,6 +27,7 @@ func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.S
 	var rows []struct {
 		Available, Sold, Version, PerBuyerLimit int64
 		OID                                     *int64 `gorm:"column:oid"`
+		OBuyer                                  string `gorm:"column:obuyer"`
 		OSKU                                    string `gorm:"column:osku"`
 		RequestHash                             string
 		Quantity                                int
@@ -34,7 +35,7 @@ func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.S
 		CreatedAt                               *time.Time
 	}
 	err := s.db.WithContext(ctx).Table("stock s").
-		Select("s.available, s.sold, s.version, s.per_buyer_limit, o.id AS oid, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at").
+		Select("s.available, s.sold, s.version, s.per_buyer_limit, o.id AS oid, o.buyer AS obuyer, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at").
 		Joins("LEFT JOIN orders o ON o.buyer = ? AND o.idempotency_key = ?", buyer, key).
 		Where("s.sku = ?", sku).Limit(1).Scan(&rows).Error
 	if err != nil {
@@ -45,7 +46,7 @@ func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.S
 	}
 	r := rows[0]
 	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit}
-	if r.OID == nil {
+	if r.OID == nil || r.OBuyer != buyer { // byte for byte, as in OrderByKey
 		return st, nil, nil
 	}
 	o := orderModel{ID: *r.OID, Buyer: buyer, IdempotencyKey: key, SKU: r.OSKU, RequestHash: r.RequestHash,
