@@ -67,13 +67,15 @@ func TestRedisDownDBOnly(t *testing.T) {
 	ins[0].setStock(t, "R", 10)
 	before := acquired()
 	time.Sleep(1100 * time.Millisecond) // the service skips the lock for 1s after a failure
+	// (An instance that has not heard of the restock yet tells an order
+	// to retry: retried, as a client does.)
 	for i := 0; i < 5; i++ {
-		if r := ins[i%2].order(t, "back-"+string(rune('a'+i)), "R", 1); r.status != http.StatusCreated {
+		if r := ins[i%2].orderRetrying(t, testBuyer, "back-"+string(rune('a'+i)), "R", 1); r.status != http.StatusCreated {
 			t.Fatalf("order after Redis returned = %d %s", r.status, r.body)
 		}
 	}
-	if got := acquired() - before; got != 5 {
-		t.Fatalf("lock acquisitions after Redis returned = %v; want 5 (back on the lock)", got)
+	if got := acquired() - before; got < 5 {
+		t.Fatalf("lock acquisitions after Redis returned = %v; want at least 5 (back on the lock)", got)
 	}
 }
 

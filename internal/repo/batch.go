@@ -232,8 +232,9 @@ func (s *Store) deductBatchRead(ctx context.Context, b service.Batch, read *keyR
 }
 
 // fillBatch fills the batch in order while stock lasts: per item it sets
-// errs[i] (sold out, a key placed before or earlier in the batch, or
-// allow's *service.LimitError) or makes its order row. It returns the rows,
+// errs[i] (admitted before the latest restock, sold out, a key placed
+// before or earlier in the batch, or allow's *service.LimitError) or makes
+// its order row. It returns the rows,
 // the items they place, their total, and allow's other errors. taken gets
 // the placed keys.
 func fillBatch(b service.Batch, cur stockModel, taken map[service.BuyerKey]bool, now time.Time, errs []error,
@@ -243,6 +244,10 @@ func fillBatch(b service.Batch, cur stockModel, taken map[service.BuyerKey]bool,
 	for i, it := range b.Items {
 		q := int64(it.Quantity)
 		k := service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
+		if err := service.Restocked(it.Admitted, cur.RestockSeq); err != nil {
+			errs[i] = err
+			continue
+		}
 		switch {
 		case q > left:
 			errs[i] = service.ErrSoldOut
@@ -353,6 +358,10 @@ func (s *Store) deductBatchRows(ctx context.Context, b service.Batch) ([]service
 		var ledger []ledgerModel
 		for i, it := range b.Items {
 			q := int64(it.Quantity)
+			if err := service.Restocked(it.Admitted, cur.RestockSeq); err != nil {
+				errs[i] = err
+				continue
+			}
 			if q > left {
 				errs[i] = service.ErrSoldOut
 				continue

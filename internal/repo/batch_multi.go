@@ -59,8 +59,8 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex b
 	defer func() { _ = conn.Close() }()
 
 	var cur stockModel
-	err = conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit FROM stock WHERE sku = ?", b.SKU).
-		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit)
+	err = conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, restock_seq FROM stock WHERE sku = ?", b.SKU).
+		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.RestockSeq)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil, service.ErrUnknownSKU

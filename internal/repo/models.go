@@ -17,13 +17,15 @@ type stockModel struct {
 	Stocked       int64
 	Version       int64
 	PerBuyerLimit int64
+	RestockSeq    int64
 	UpdatedAt     time.Time `gorm:"autoUpdateTime:false"`
 }
 
 func (stockModel) TableName() string { return "stock" }
 
 func (r stockModel) stock() service.Stock {
-	return service.Stock{SKU: r.SKU, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit}
+	return service.Stock{SKU: r.SKU, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit,
+		RestockSeq: r.RestockSeq}
 }
 
 // orderModel is a row of orders.

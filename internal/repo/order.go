@@ -68,7 +68,9 @@ func (s *Store) findOrder(q *gorm.DB) (service.Order, error) {
 
 // Deduct places an order in one transaction, guarded as d.Write says. The
 // guarding UPDATE is the last statement before COMMIT, so a miss rolls back
-// the order and ledger rows with it. It returns service.ErrSoldOut,
+// the order and ledger rows with it. An order admitted before the SKU's
+// latest restock (d.Admitted below its RestockSeq) is refused with a
+// *service.RestockedError. It returns service.ErrSoldOut,
 // service.ErrUnknownSKU, service.ErrConflict (the versioned UPDATE matched
 // no row, or the conditional one met a per-buyer limit other than the one
 // it read), service.ErrDuplicateKey, an error wrapping service.ErrUnavailable or
@@ -207,6 +209,9 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		if cur, err = readStock(tx, d.SKU, d.Write == service.WriteForUpdate); err != nil {
 			return service.Order{}, err
 		}
+		if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
+			return service.Order{}, err
+		}
 		if cur.Available < q {
 			return service.Order{}, service.ErrSoldOut
 		}
@@ -215,14 +220,17 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 		// with a plain read, and the UPDATE matches only while the row still
 		// has it (a limit changed meanwhile: service.ErrConflict, and the
 		// order is tried again in a new transaction).
-		var lim []int64
-		if err := tx.Model(&stockModel{}).Where("sku = ?", d.SKU).Limit(1).Pluck("per_buyer_limit", &lim).Error; err != nil {
+		var got []stockModel
+		if err := tx.Model(&stockModel{}).Select("per_buyer_limit", "restock_seq").Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
 			return service.Order{}, translate(ctx, "read stock", err)
 		}
-		if len(lim) == 0 {
+		if len(got) == 0 {
 			return service.Order{}, service.ErrUnknownSKU
 		}
-		cur.PerBuyerLimit = lim[0]
+		cur.PerBuyerLimit, cur.RestockSeq = got[0].PerBuyerLimit, got[0].RestockSeq
+		if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
+			return service.Order{}, err
+		}
 	}
 	if err := takeAllowance(tx, d.Buyer, d.SKU, q, cur.PerBuyerLimit, d.Write == service.WritePlain); err != nil {
 		return service.Order{}, err
@@ -245,7 +253,7 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	case service.WriteVersioned:
 		upd = upd.Where("version = ? AND available >= ?", cur.Version, q).Updates(sale(q, now))
 	case service.WriteConditional:
-		upd = upd.Where("available >= ? AND per_buyer_limit = ?", q, cur.PerBuyerLimit).Updates(sale(q, now))
+		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND restock_seq = ?", q, cur.PerBuyerLimit, cur.RestockSeq).Updates(sale(q, now))
 	case service.WriteForUpdate:
 		upd = upd.Updates(sale(q, now))
 	default:
@@ -262,10 +270,12 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 			// Sold out, unknown or a new limit: tell them apart outside the
 			// hot path, from the row as it is now (a locking read).
 			row, err := readStock(tx, d.SKU, true)
-			if err != nil {
+			switch {
+			case err != nil:
 				return service.Order{}, err
-			}
-			if row.PerBuyerLimit != cur.PerBuyerLimit {
+			case service.Restocked(d.Admitted, row.RestockSeq) != nil:
+				return service.Order{}, service.Restocked(d.Admitted, row.RestockSeq)
+			case row.PerBuyerLimit != cur.PerBuyerLimit:
 				return service.Order{}, service.ErrConflict
 			}
 			return service.Order{}, service.ErrSoldOut

@@ -44,6 +44,8 @@ type Store struct {
 	// measured gorm's Create adding about 12% to this process's CPU per
 	// batch of 64.
 	leanInserts bool
+	// maxQuantity is Options.MaxQuantity.
+	maxQuantity int64
 	// multi is the pool of the batch's multi-statement (batch_multi.go),
 	// used when consecutiveIDs; nil: the batch takes deductBatchFast.
 	multi *sql.DB
@@ -57,6 +59,10 @@ type Options struct {
 	MaxOpenConns int           // default 20
 	MaxIdleConns int           // default MaxOpenConns
 	ConnMaxLife  time.Duration // default 5m
+	// MaxQuantity is the most units one order may ask for (the service's
+	// MaxQuantity; default 100): a restock from below it bumps the SKU's
+	// RestockSeq, one from above it cannot make room for a refused order.
+	MaxQuantity int64
 }
 
 // DriverConfig is dsn's driver configuration as every pool of this service
@@ -111,10 +117,13 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	if o.ConnMaxLife <= 0 {
 		o.ConnMaxLife = 5 * time.Minute
 	}
+	if o.MaxQuantity <= 0 {
+		o.MaxQuantity = 100
+	}
 	sqlDB.SetMaxOpenConns(o.MaxOpenConns)
 	sqlDB.SetMaxIdleConns(o.MaxIdleConns)
 	sqlDB.SetConnMaxLifetime(o.ConnMaxLife)
-	s := &Store{db: db, sql: sqlDB}
+	s := &Store{db: db, sql: sqlDB, maxQuantity: o.MaxQuantity}
 	if err := s.Ping(ctx); err != nil {
 		_ = sqlDB.Close()
 		return nil, err

@@ -2,7 +2,6 @@ package repo
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"time"
 
@@ -26,6 +25,7 @@ func (s *Store) Stock(ctx context.Context, sku string) (service.Stock, error) {
 func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.Stock, *service.Order, error) {
 	var rows []struct {
 		Available, Sold, Version, PerBuyerLimit int64
+		RestockSeq                              int64
 		OID                                     *int64 `gorm:"column:oid"`
 		OBuyer                                  string `gorm:"column:obuyer"`
 		OSKU                                    string `gorm:"column:osku"`
@@ -35,7 +35,7 @@ func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.S
 		CreatedAt                               *time.Time
 	}
 	err := s.db.WithContext(ctx).Table("stock s").
-		Select("s.available, s.sold, s.version, s.per_buyer_limit, o.id AS oid, o.buyer AS obuyer, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at").
+		Select("s.available, s.sold, s.version, s.per_buyer_limit, s.restock_seq, o.id AS oid, o.buyer AS obuyer, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at").
 		Joins("LEFT JOIN orders o ON o.buyer = ? AND o.idempotency_key = ?", buyer, key).
 		Where("s.sku = ?", sku).Limit(1).Scan(&rows).Error
 	if err != nil {
@@ -45,7 +45,8 @@ func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.S
 		return service.Stock{}, nil, service.ErrUnknownSKU
 	}
 	r := rows[0]
-	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit}
+	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit,
+		RestockSeq: r.RestockSeq}
 	if r.OID == nil || r.OBuyer != buyer { // byte for byte, as in OrderByKey
 		return st, nil, nil
 	}
@@ -90,18 +91,22 @@ func (s *Store) SetStock(ctx context.Context, sku string, available, perBuyerLim
 					return nil
 				}
 				out.PerBuyerLimit, out.Version = perBuyerLimit, cur.Version+1
+				seq := restockSeq(cur, available, perBuyerLimit, s.maxQuantity)
+				out.RestockSeq = seq
 				if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
-					"per_buyer_limit": perBuyerLimit, "version": gorm.Expr("version + 1"), "updated_at": now,
+					"per_buyer_limit": perBuyerLimit, "version": gorm.Expr("version + 1"), "restock_seq": seq, "updated_at": now,
 				}).Error; err != nil {
 					return err
 				}
 				return recountPurchases(tx, sku, cur.PerBuyerLimit, perBuyerLimit)
 			}
 			delta = available - cur.Available
-			out = service.Stock{SKU: sku, Available: available, Sold: cur.Sold, Version: cur.Version + 1, PerBuyerLimit: perBuyerLimit}
+			seq := restockSeq(cur, available, perBuyerLimit, s.maxQuantity)
+			out = service.Stock{SKU: sku, Available: available, Sold: cur.Sold, Version: cur.Version + 1, PerBuyerLimit: perBuyerLimit,
+				RestockSeq: seq}
 			if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
 				"available": available, "stocked": gorm.Expr("stocked + ?", delta), "version": gorm.Expr("version + 1"),
-				"per_buyer_limit": perBuyerLimit, "updated_at": now,
+				"per_buyer_limit": perBuyerLimit, "restock_seq": seq, "updated_at": now,
 			}).Error; err != nil {
 				return err
 			}
@@ -118,6 +123,19 @@ func (s *Store) SetStock(ctx context.Context, sku string, available, perBuyerLim
 		return service.Stock{}, translate(ctx, "set stock", err)
 	}
 	return out, nil
+}
+
+// restockSeq is cur's restock sequence after setting available and limit:
+// one more when the change can make room for an order refused before it
+// (more units where fewer than maxQuantity were left: a refusal for stock
+// needs fewer left than an order may ask for, and sales since only lowered
+// the count; or a limit raised, or removed), the same otherwise.
+func restockSeq(cur stockModel, available, limit, maxQuantity int64) int64 {
+	raised := cur.PerBuyerLimit > 0 && (limit == 0 || limit > cur.PerBuyerLimit)
+	if available > cur.Available && cur.Available < maxQuantity || raised {
+		return cur.RestockSeq + 1
+	}
+	return cur.RestockSeq
 }
 
 // recountPurchases rebuilds the SKU's purchase rows from its orders when a
@@ -194,35 +212,4 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 	}
 	a.Check()
 	return a, nil
-}
-
-// SoldOutKeys reads, in one snapshot (a read-only REPEATABLE READ
-// transaction: both reads see the database as of the first), whether sku is
-// sold out (available 0) and, if so, the buyer and key of every order of
-// it. While nothing is available no order of sku can commit, so until the
-// next restock these are all the orders it has. complete is false when sku
-// is not sold out or has more than limit orders.
-func (s *Store) SoldOutKeys(ctx context.Context, sku string, limit int) (keys []service.BuyerKey, complete bool, err error) {
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		cur, err := readStock(tx, sku, false)
-		if errors.Is(err, service.ErrUnknownSKU) || err == nil && cur.Available != 0 {
-			return nil // nothing to keep
-		}
-		if err != nil {
-			return err
-		}
-		if err := tx.Table("orders").Select("buyer", "idempotency_key AS `key`").Where("sku = ?", sku).
-			Limit(limit + 1).Scan(&keys).Error; err != nil {
-			return err
-		}
-		complete = len(keys) <= limit
-		return nil
-	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
-	if err != nil {
-		return nil, false, translate(ctx, "read sold-out keys", err)
-	}
-	if !complete {
-		keys = nil
-	}
-	return keys, complete, nil
 }

@@ -152,7 +152,8 @@ func (s *Service) runBatch(sku string, batch []*call) {
 
 	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
-		b.Items[i] = BatchItem{Buyer: c.d.Buyer, Key: c.d.Key, RequestHash: c.d.RequestHash, Quantity: c.d.Quantity, KeyChecked: i < checked}
+		b.Items[i] = BatchItem{Buyer: c.d.Buyer, Key: c.d.Key, RequestHash: c.d.RequestHash, Quantity: c.d.Quantity,
+			Admitted: c.d.Admitted, KeyChecked: i < checked}
 	}
 	b.BeforeCommit = func() error {
 		if hook := s.cfg.CriticalSectionHook; hook != nil {

@@ -73,3 +73,17 @@ func (e *LimitError) Error() string {
 }
 
 func (e *LimitError) Unwrap() error { return ErrLimitExceeded }
+
+// RestockedError refuses an order that arrived before the SKU's latest
+// restock (or raised limit): a refusal of its key may have been decided
+// from the state before that change, so it is not placed now. Nothing was
+// written; a retry with the same key is a new attempt. It wraps ErrBusy.
+type RestockedError struct {
+	Seq int64 // the SKU's restock sequence the store found
+}
+
+func (e *RestockedError) Error() string {
+	return fmt.Sprintf("%v: the SKU was restocked while this order waited; retry with the same key", ErrBusy)
+}
+
+func (e *RestockedError) Unwrap() error { return ErrBusy }

@@ -14,13 +14,7 @@ func SetSoldOutClock(s *Service, now func() time.Time) {
 
 // SoldOutKnown reports whether s's sold-out fast path holds sku (for tests).
 func SoldOutKnown(s *Service, sku string) bool {
-	if s.soldOut == nil {
-		return false
-	}
-	s.soldOut.mu.Lock()
-	defer s.soldOut.mu.Unlock()
-	e := s.soldOut.skus[sku]
-	return e != nil && e.keys != nil
+	return s.soldOut.known(sku)
 }
 
 // Admitted returns the orders of sku in progress at s, counted against

@@ -80,6 +80,9 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		span.SetAttributes(attrSKU.String(r.SKU), attrQuantity.Int(r.Quantity))
 	}
 	hash := r.Hash()
+	// What this instance knew of the SKU's restocks before the order came:
+	// a restock after it makes the store refuse the order (restocked.go).
+	admitted := s.seqs.known(r.SKU)
 	// The per-SKU cap first, before any work: past QueueMax requests of this
 	// SKU here, answer at once (the locking strategies; the others have no
 	// line, and MySQL's pool bounds them).
@@ -97,11 +100,9 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	defer done()
-	// A SKU known sold out answers a key that had no order then from memory.
-	if s.soldOut.soldOutFor(r.SKU, r.Buyer, r.Key) {
-		return Order{}, false, ErrSoldOut
-	}
-	if !s.batchesCheck() {
+	// The pre-check, unless the batch reads for its orders (batchesCheck);
+	// a SKU MySQL said was sold out (the fast path) is pre-checked either way.
+	if !s.batchesCheck() || s.soldOut.known(r.SKU) {
 		// The stock row and the key's order, in one statement (one
 		// snapshot): an order of this key committed before the read is
 		// always seen, so a retry whose first attempt took the last unit
@@ -110,19 +111,19 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		if err != nil {
 			return Order{}, false, err
 		}
+		s.seqs.learn(r.SKU, st.RestockSeq)
 		if prev != nil {
 			return replay(*prev, hash)
 		}
 		// Sold-out traffic must not queue behind the lock.
 		if st.Available < int64(r.Quantity) {
-			if st.Available == 0 {
-				s.learnSoldOut(ctx, r.SKU)
-			}
+			s.soldOut.mark(r.SKU)
 			return Order{}, false, ErrSoldOut
 		}
+		s.soldOut.drop(r.SKU) // stock again: a restock not heard of yet
 	}
 
-	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity}
+	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity, Admitted: &admitted}
 	switch s.cfg.Strategy {
 	case StrategyNone, StrategyForUpdate:
 		d.Write = s.info.Write
@@ -141,11 +142,16 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	default:
 		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
 	}
-	if errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrLimitExceeded) {
+	var restocked *RestockedError
+	if errors.As(err, &restocked) {
+		s.seqs.learn(r.SKU, restocked.Seq)
+	}
+	if restocked != nil || errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrLimitExceeded) {
 		// A concurrent request with the same key won the insert, or (sold
-		// out, over the limit) an earlier attempt of this key may have taken
-		// the last unit or allowance and committed while this one waited, or
-		// before it (the batch path has no pre-check). The lookup has a
+		// out, over the limit, restocked since it came) an earlier attempt
+		// of this key may have taken the last unit or allowance and
+		// committed while this one waited, or before it (the batch path has
+		// no pre-check). The lookup has a
 		// bound of its own: the write's may have run out while this request
 		// waited in line.
 		lctx, cancel := s.writeCtx(ctx)
@@ -155,9 +161,9 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		case ferr == nil:
 			return replay(existing, hash)
 		case errors.Is(err, ErrSoldOut) && errors.Is(ferr, ErrOrderNotFound):
-			s.learnSoldOut(ctx, r.SKU)
+			s.soldOut.mark(r.SKU)
 			return Order{}, false, ErrSoldOut
-		case errors.Is(err, ErrLimitExceeded) && errors.Is(ferr, ErrOrderNotFound):
+		case (restocked != nil || errors.Is(err, ErrLimitExceeded)) && errors.Is(ferr, ErrOrderNotFound):
 			return Order{}, false, err
 		case errors.Is(ferr, ErrOrderNotFound):
 			// The key's other order was rolled back after all: retryable.
@@ -175,19 +181,11 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 // straight to the line: under combined lock+version the batch reads its
 // keys itself before the lock, and the stock row under it (one read each
 // for up to BatchMax orders instead of one per order), a key with an order
-// is answered as a replay, and sold-out traffic is kept out
-// of the line by the sold-out fast path, learnt from the first sold-out
-// answer. Without the fast path the pre-check keeps sold-out traffic out.
+// is answered as a replay, and sold-out traffic is kept out of the line by
+// the sold-out fast path, learnt from the first sold-out answer. Without
+// the fast path the pre-check keeps sold-out traffic out.
 func (s *Service) batchesCheck() bool {
 	return s.cfg.Strategy == StrategyLockVersion && s.cfg.BatchMax > 1 && s.soldOut != nil
-}
-
-// learnSoldOut loads the sold-out fast path's entry of sku after MySQL
-// answered "sold out" (it keeps it only if the SKU has nothing left).
-func (s *Service) learnSoldOut(ctx context.Context, sku string) {
-	lctx, cancel := s.writeCtx(ctx)
-	defer cancel()
-	s.soldOut.load(lctx, s.store, sku)
 }
 
 // writeCtx bounds a write that starts now. Once a write starts it finishes,

@@ -38,16 +38,15 @@ type Config struct {
 	// under the locking strategies (pre-check, line, batch); past it an order
 	// is answered ErrBusy at once, touching neither Redis nor MySQL (default 2000).
 	QueueMax int
-	// SoldOutTTL is how long an instance answers a sold-out SKU's orders
-	// from memory once MySQL said it is sold out (the sold-out fast path),
-	// and so the longest a restock through another instance can go unseen
-	// here when its Events message is lost; default 1s, < 0 turns the fast
-	// path off.
+	// SoldOutTTL is how long, once MySQL said a SKU is sold out, its orders
+	// skip the line and the lock and are answered from one read of the
+	// stock row and their key (the sold-out fast path, soldout.go); default
+	// 1s, < 0 turns the fast path off.
 	SoldOutTTL time.Duration
 	// Events, when set, tells the other instances of every stock change
 	// (SetStock publishes after the write); the wiring hands the changes it
-	// receives to StockChanged. Nil: other instances see a restock when
-	// their sold-out entry expires (SoldOutTTL).
+	// receives to StockChanged, which ends their sold-out entry at once.
+	// Nil: an entry ends when an order finds stock, or after SoldOutTTL.
 	Events StockEvents
 	// WriteTimeout bounds an order's database work, from when the write
 	// starts (after any wait in line or for the lock); default 10s.
@@ -75,6 +74,7 @@ type Service struct {
 	lines   *lines
 	flights flights
 	soldOut *soldOut // nil: no fast path
+	seqs    restockSeqs
 	replays replayWatch
 
 	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then

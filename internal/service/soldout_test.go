@@ -39,11 +39,6 @@ func (c *countingStore) Precheck(ctx context.Context, sku, buyer, key string) (s
 	return c.Store.Precheck(ctx, sku, buyer, key)
 }
 
-func (c *countingStore) SoldOutKeys(ctx context.Context, sku string, limit int) ([]service.BuyerKey, bool, error) {
-	c.calls.Add(1)
-	return c.Store.SoldOutKeys(ctx, sku, limit)
-}
-
 func (c *countingStore) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
 	c.calls.Add(1)
 	return c.Store.Deduct(ctx, d)
@@ -85,17 +80,19 @@ func (e *env) place(s *service.Service, buyer, key string) (service.Order, bool,
 	return s.Place(context.Background(), service.PlaceRequest{Buyer: buyer + "@" + e.sku, Key: key, SKU: e.sku, Quantity: 1})
 }
 
-// After a sell-out, orders with new keys are answered sold-out without a
-// store call; a replay still gets its order; a restock is seen at once by
-// the instance that made it and, by the others, once the TTL has passed.
-func TestSoldOutIsAnsweredFromMemory(t *testing.T) {
+// After a sell-out, a SKU's orders skip the line and the lock: each is
+// answered from one pre-check read and nothing else. The answers are
+// MySQL's at that moment: a replay gets its order, a key that placed an
+// order of another SKU is refused as reused (not told "sold out"), and a
+// restock behind this instance's back is seen by the very next order.
+func TestSoldOutSkipsTheLine(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
 	for _, strategy := range []service.Strategy{service.StrategyLockVersion, service.StrategyConditional} {
 		t.Run(string(strategy), func(t *testing.T) {
 			e.sku = "SKU-" + uuid.NewString()[:8]
 			e.setStock(t, 3)
-			s, cs, clk := e.instance(service.Config{Strategy: strategy, SoldOutTTL: time.Second})
+			s, cs, _ := e.instance(service.Config{Strategy: strategy, SoldOutTTL: time.Hour})
 			placed := map[string]int64{}
 			for i := range 3 {
 				key := fmt.Sprintf("k%d", i)
@@ -113,65 +110,90 @@ func TestSoldOutIsAnsweredFromMemory(t *testing.T) {
 			}
 
 			cs.calls.Store(0)
+			cs.prechecks.Store(0)
 			for i := range 50 {
 				if _, _, err := e.place(s, fmt.Sprintf("late-%d", i), "k0"); !errors.Is(err, service.ErrSoldOut) {
 					t.Fatalf("late order %d = %v; want ErrSoldOut", i, err)
 				}
 			}
-			if n := cs.calls.Load(); n != 0 {
-				t.Fatalf("50 sold-out orders made %d store calls; want 0", n)
+			if c, p := cs.calls.Load(), cs.prechecks.Load(); c != 50 || p != 50 {
+				t.Fatalf("50 sold-out orders made %d store calls, %d pre-checks; want one pre-check each and nothing else", c, p)
 			}
 
-			// A replay of a placed key is a replay, not a 409.
 			o, replayed, err := e.place(s, "b1", "k1")
 			if err != nil || !replayed || o.ID != placed["k1"] {
 				t.Fatalf("replay after the sell-out = %+v, %v, %v; want the replay of order %d", o, replayed, err, placed["k1"])
 			}
 
-			// A restock through another instance: stale here until the TTL.
-			if _, err := e.svc.SetStock(context.Background(), e.sku, 2, 0); err != nil {
-				t.Fatal(err)
+			// A restock straight in MySQL, which no instance heard of: the
+			// next order here finds the stock, but came before this instance
+			// knew of the restock, so it is told to retry (restocked.go);
+			// its retry is placed.
+			e.setStock(t, 1)
+			if _, _, err := e.place(s, "b3", "after-restock"); !errors.Is(err, service.ErrBusy) {
+				t.Fatalf("order after a restock this instance did not hear of = %v; want ErrBusy (retry)", err)
 			}
-			if _, _, err := e.place(s, "b3", "after-restock"); !errors.Is(err, service.ErrSoldOut) {
-				t.Fatalf("order within the TTL after a restock elsewhere = %v; want the stale ErrSoldOut the TTL allows", err)
-			}
-			clk.add(time.Second)
 			if _, _, err := e.place(s, "b3", "after-restock"); err != nil {
-				t.Fatalf("order once the TTL has passed after a restock = %v; want placed", err)
+				t.Fatalf("its retry = %v; want placed", err)
 			}
-
-			// Sold out again, then a restock through this instance: seen at once.
-			if _, _, err := e.place(s, "b4", "last"); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := e.place(s, "b5", "late-again"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(s, e.sku) {
-				t.Fatalf("order after the second sell-out = %v, known %v; want ErrSoldOut from a loaded entry", err, service.SoldOutKnown(s, e.sku))
-			}
-			if _, err := s.SetStock(context.Background(), e.sku, 1, 0); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := e.place(s, "b5", "late-again"); err != nil {
-				t.Fatalf("order right after a restock through the same instance = %v; want placed", err)
+			if service.SoldOutKnown(s, e.sku) {
+				t.Fatal("the fast path still holds the SKU after an order found stock")
 			}
 		})
 	}
 }
 
-// With the real clock, a restock elsewhere is placeable once SoldOutTTL has
-// passed, however the entry was loaded.
-func TestSoldOutTTLBoundsAStaleAnswer(t *testing.T) {
+// A key that placed an order of SKU X, sent for a sold-out SKU Y that the
+// fast path holds, is a reused key (422), as the store would say, not a
+// sold-out (409).
+func TestSoldOutKeyReuseIsRefusedAsReuse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, service.Config{})
+	ctx := context.Background()
+	e.setStock(t, 1)
+	s, _, _ := e.instance(service.Config{SoldOutTTL: time.Hour})
+	if _, _, err := e.place(s, "b1", "K"); err != nil {
+		t.Fatal(err)
+	}
+	y := e.sku + "-Y"
+	if _, err := e.store.SetStock(ctx, y, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Place(ctx, service.PlaceRequest{Buyer: "b9", Key: "y", SKU: y, Quantity: 1}); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(s, y) {
+		t.Fatalf("order of the sold-out %s = %v, known %v; want ErrSoldOut and the SKU held", y, err, service.SoldOutKnown(s, y))
+	}
+	reuse := service.PlaceRequest{Buyer: "b1@" + e.sku, Key: "K", SKU: y, Quantity: 1}
+	if _, _, err := s.Place(ctx, reuse); !errors.Is(err, service.ErrKeyReused) {
+		t.Fatalf("a key with an order of %s sent for the sold-out %s = %v; want ErrKeyReused", e.sku, y, err)
+	}
+}
+
+// A retry told "sold out" by an instance that missed a restock, though its
+// key had been placed at another after the restock: instance b holds the
+// SKU as sold out; the SKU is restocked through a, which b does not hear
+// of, and a places key K. K's retry at b gets its order (a replay), not 409.
+func TestSoldOutReplayAfterAnUnheardRestock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
 	e.setStock(t, 0)
-	const ttl = 200 * time.Millisecond
-	s := service.New(service.Config{Strategy: service.StrategyLockVersion, LockWait: 5 * time.Second, SoldOutTTL: ttl}, e.store, e.locker, nil, e.metrics)
-	if _, _, err := e.place(s, "b1", "k1"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(s, e.sku) {
-		t.Fatalf("order of a sold-out SKU = %v, known %v; want ErrSoldOut and the SKU held", err, service.SoldOutKnown(s, e.sku))
+	a, _, _ := e.instance(service.Config{SoldOutTTL: time.Hour})
+	b, _, _ := e.instance(service.Config{SoldOutTTL: time.Hour})
+	if _, _, err := e.place(b, "b1", "first"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(b, e.sku) {
+		t.Fatalf("order of a sold-out SKU at b = %v, known %v; want ErrSoldOut and the SKU held", err, service.SoldOutKnown(b, e.sku))
 	}
-	e.setStock(t, 1) // behind every instance's back, straight in MySQL
-	time.Sleep(ttl)
-	if _, _, err := e.place(s, "b1", "k1"); err != nil {
-		t.Fatalf("order %v after a restock = %v; want placed", ttl, err)
+	if _, err := a.SetStock(context.Background(), e.sku, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := e.place(a, "b1", "K")
+	if err != nil {
+		t.Fatalf("order at a after its restock = %v", err)
+	}
+	if !service.SoldOutKnown(b, e.sku) {
+		t.Fatal("b no longer holds the SKU: the test needs b not to have heard of the restock")
+	}
+	got, replayed, err := e.place(b, "b1", "K")
+	if err != nil || !replayed || got.ID != o.ID {
+		t.Fatalf("retry at b of the order placed at a = %+v, %v, %v; want the replay of order %d", got, replayed, err, o.ID)
 	}
 }
 
@@ -191,9 +213,9 @@ func TestSoldOutFastPathOff(t *testing.T) {
 	}
 }
 
-// A restock published over Redis reaches the other instances: the stale
-// "sold out" ends with the message, not with the TTL, and a replay of an
-// order placed elsewhere after the restock is a replay.
+// A restock published over Redis reaches the other instances: their
+// sold-out entry ends with the message, not with the TTL, and a replay of
+// an order placed elsewhere after the restock is a replay.
 func TestRestockEventReachesOtherInstances(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
@@ -272,14 +294,18 @@ func TestBatchPathSkipsThePrecheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if n := cs.prechecks.Load(); n != 0 {
+		t.Fatalf("%d pre-check reads on the batch path; want 0", n)
+	}
 	if _, _, err := e.place(s, "b4", "k1"); !errors.Is(err, service.ErrSoldOut) {
 		t.Fatalf("order after the sell-out = %v; want ErrSoldOut", err)
 	}
+	// Sold out: the fast path pre-checks the SKU's orders from now on.
 	if o, replayed, err := e.place(s, "b1", "k1"); err != nil || !replayed || o.ID != first.ID {
 		t.Fatalf("replay after the sell-out = %+v, %v, %v; want the replay of order %d", o, replayed, err, first.ID)
 	}
-	if n := cs.prechecks.Load(); n != 0 {
-		t.Fatalf("%d pre-check reads on the batch path; want 0", n)
+	if n := cs.prechecks.Load(); n != 1 {
+		t.Fatalf("%d pre-check reads after the sell-out; want 1 (the replay's)", n)
 	}
 
 	alone, cs1, _ := e.instance(service.Config{BatchMax: 1})

@@ -27,6 +27,9 @@ type Stock struct {
 	Sold          int64  `json:"sold"`
 	Version       int64  `json:"version"`
 	PerBuyerLimit int64  `json:"per_buyer_limit"` // 0: no limit
+	// RestockSeq is bumped by every change that can let a refused order
+	// through: more units, a higher or no per-buyer limit (restocked.go).
+	RestockSeq int64 `json:"-"`
 }
 
 // Audit is the reconciliation of one SKU, from the stock row, the orders and
@@ -106,9 +109,23 @@ type Deduction struct {
 	Quantity    int
 	Write       Write
 	Fence       *int64
+	// Admitted is the SKU's RestockSeq as known before the order arrived:
+	// a larger one in the store refuses it with a *RestockedError (see
+	// Restocked). nil: not checked (tools and tests that place orders
+	// directly).
+	Admitted *int64
 	// BeforeCommit, if set, runs after the last statement and before COMMIT;
 	// an error from it rolls the transaction back and is returned.
 	BeforeCommit func() error
+}
+
+// Restocked returns the error refusing an order admitted at admitted
+// (nil: not checked) of a SKU whose restock sequence is now seq, or nil.
+func Restocked(admitted *int64, seq int64) error {
+	if admitted != nil && seq > *admitted {
+		return &RestockedError{Seq: seq}
+	}
+	return nil
 }
 
 // BatchItem is one order of a Batch.
@@ -117,6 +134,9 @@ type BatchItem struct {
 	Key         string
 	RequestHash string
 	Quantity    int
+	// Admitted is as in Deduction: a larger RestockSeq in the store
+	// refuses this item with a *RestockedError; nil: not checked.
+	Admitted *int64
 	// KeyChecked says the caller read this item's key with Store.KeysTaken
 	// after it formed the batch, and left the item out if it had an order:
 	// the store need not read it again. A key inserted since (a replay
@@ -159,23 +179,20 @@ type Store interface {
 	// Precheck returns the stock row and the buyer's order of key, if any,
 	// read in one snapshot; ErrUnknownSKU for an unknown SKU.
 	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)
-	// SoldOutKeys reads in one snapshot whether sku is sold out and, if so,
-	// the buyer and key of each of its orders; complete is false when it is
-	// not sold out or has more than limit orders.
-	SoldOutKeys(ctx context.Context, sku string, limit int) (keys []BuyerKey, complete bool, err error)
 	// SetStock creates the SKU or sets its available count and per-buyer
-	// limit, with a ledger entry when the count changes.
+	// limit, with a ledger entry when the count changes; more units or a
+	// higher (or no) limit bump RestockSeq.
 	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error)
 	// Audit reconciles one SKU, or returns ErrUnknownSKU.
 	Audit(ctx context.Context, sku string) (Audit, error)
 	// Deduct places an order in one transaction. It returns ErrSoldOut,
-	// a *LimitError, ErrUnknownSKU, ErrConflict, ErrDuplicateKey,
-	// ErrUnavailable, or the error of BeforeCommit.
+	// a *LimitError, a *RestockedError, ErrUnknownSKU, ErrConflict,
+	// ErrDuplicateKey, ErrUnavailable, or the error of BeforeCommit.
 	Deduct(ctx context.Context, d Deduction) (Order, error)
 	// DeductBatch places the batch's orders in one transaction, filled in
 	// order while stock lasts, ending with one versioned UPDATE. Per item it
-	// returns the order, or ErrSoldOut, a *LimitError or ErrDuplicateKey for
-	// that item. Its
+	// returns the order, or ErrSoldOut, a *LimitError, a *RestockedError or
+	// ErrDuplicateKey for that item. Its
 	// error (ErrConflict, ErrUnknownSKU, ErrUnavailable, or BeforeCommit's)
 	// means nothing was written.
 	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)

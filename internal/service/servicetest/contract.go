@@ -23,7 +23,7 @@ type ContractStore struct {
 // StoreContract runs the cases that pin what a service.Store does, each on
 // a store of its own from newStore: every Write mode and the order of its
 // checks, conflicts under concurrent writers, duplicate keys, the per-buyer
-// limit, BeforeCommit's rollback, batches, SoldOutKeys, Precheck's
+// limit, BeforeCommit's rollback, batches, restocks, Precheck's
 // snapshot, paging, SetStock and Audit. The MySQL store is the reference:
 // a case fails on a store that does what MySQL does not.
 func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
@@ -41,7 +41,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"Batch", contractBatch},
 		{"BatchOfOne", contractBatchOfOne},
 		{"KeysChecked", contractKeysChecked},
-		{"SoldOutKeys", contractSoldOutKeys},
+		{"Restocked", contractRestocked},
 		{"Precheck", contractPrecheck},
 		{"SnapshotReads", contractSnapshotReads},
 		{"Orders", contractOrders},
@@ -176,7 +176,7 @@ func contractSetStock(t *testing.T, s ContractStore) {
 	unchanged(t, s, "SetStock of a new limit alone (no ledger row)", "S", want, 1)
 
 	st = mustSetStock(t, s, "S", 8, 2)
-	want = service.Stock{SKU: "S", Available: 8, Version: 3, PerBuyerLimit: 2}
+	want = service.Stock{SKU: "S", Available: 8, Version: 3, PerBuyerLimit: 2, RestockSeq: 1}
 	if st != want || mustStock(t, s, "S") != want || s.LedgerRows(t, "S") != 2 {
 		t.Fatalf("SetStock(8) = %+v, ledger rows %d; want %+v and 2 rows", st, s.LedgerRows(t, "S"), want)
 	}
@@ -184,7 +184,7 @@ func contractSetStock(t *testing.T, s ContractStore) {
 		t.Fatal(err)
 	}
 	st = mustSetStock(t, s, "S", 1, 0)
-	want = service.Stock{SKU: "S", Available: 1, Sold: 2, Version: 5}
+	want = service.Stock{SKU: "S", Available: 1, Sold: 2, Version: 5, RestockSeq: 2} // fewer units, but the limit removed
 	if st != want {
 		t.Fatalf("SetStock(1) after a sale of 2 = %+v; want %+v", st, want)
 	}
@@ -599,48 +599,57 @@ func contractBatchOfOne(t *testing.T, s ContractStore) {
 	}
 }
 
-func contractSoldOutKeys(t *testing.T, s ContractStore) {
+// A change that makes room bumps RestockSeq (more units, a limit raised or
+// removed; not fewer units nor a lower limit), and an order admitted before
+// it (Admitted below the row's RestockSeq) is refused with a
+// *service.RestockedError in every write mode and in a batch, writing
+// nothing; one admitted at the current sequence, or not checked (nil), is
+// placed.
+func contractRestocked(t *testing.T, s ContractStore) {
 	ctx := context.Background()
-	keys := func(sku string, limit int) ([]service.BuyerKey, bool) {
-		t.Helper()
-		k, complete, err := s.SoldOutKeys(ctx, sku, limit)
-		if err != nil {
-			t.Fatalf("SoldOutKeys(%q, %d) = %v", sku, limit, err)
-		}
-		return k, complete
+	seq := func() int64 { t.Helper(); return mustStock(t, s, "RS").RestockSeq }
+	mustSetStock(t, s, "RS", 5, 2)
+	steps := []struct {
+		available, limit int64
+		bump             bool
+		what             string
+	}{
+		{8, 2, true, "more units"}, {6, 2, false, "fewer units"}, {6, 3, true, "a higher limit"},
+		{6, 1, false, "a lower limit"}, {6, 0, true, "no limit"}, {6, 0, false, "the same values"},
 	}
-	if k, c := keys("nope", 10); c || len(k) != 0 {
-		t.Fatalf("SoldOutKeys(unknown) = %v, %v; want none, incomplete", k, c)
-	}
-	mustSetStock(t, s, "SO", 3, 0)
-	for i, b := range []string{"b1", "b2", "b1"} {
-		if _, err := s.Deduct(ctx, deduction(b, fmt.Sprintf("so-%d", i), "SO", 1, service.WriteConditional)); err != nil {
-			t.Fatal(err)
-		}
-		if k, c := keys("SO", 10); i < 2 && (c || len(k) != 0) {
-			t.Fatalf("SoldOutKeys with %d available = %v, %v; want none, incomplete", 2-i, k, c)
+	for _, st := range steps {
+		before := seq()
+		got := mustSetStock(t, s, "RS", st.available, st.limit)
+		if want := before + map[bool]int64{true: 1}[st.bump]; got.RestockSeq != want || seq() != want {
+			t.Fatalf("SetStock with %s: RestockSeq %d (read %d); want %d", st.what, got.RestockSeq, seq(), want)
 		}
 	}
-	k, c := keys("SO", 10)
-	slices.SortFunc(k, func(a, b service.BuyerKey) int { return cmpKey(a) - cmpKey(b) })
-	want := []service.BuyerKey{{Buyer: "b1", Key: "so-0"}, {Buyer: "b2", Key: "so-1"}, {Buyer: "b1", Key: "so-2"}}
-	if !c || !slices.Equal(k, want) {
-		t.Fatalf("SoldOutKeys(sold out, 10) = %v, %v; want %v, complete", k, c, want)
+	cur := seq()
+	before := cur - 1
+	stale := func(err error) bool { var re *service.RestockedError; return errors.As(err, &re) && re.Seq == cur }
+	for _, w := range []service.Write{service.WritePlain, service.WriteVersioned, service.WriteConditional, service.WriteForUpdate} {
+		d := deduction("b", fmt.Sprint("rs-", w), "RS", 1, w)
+		d.Admitted = &before
+		if _, err := s.Deduct(ctx, d); !stale(err) || !errors.Is(err, service.ErrBusy) {
+			t.Fatalf("Deduct (write %d) admitted before the restock = %v; want a *RestockedError{%d} wrapping ErrBusy", w, err, cur)
+		}
+		noOrder(t, s, "b", d.Key)
 	}
-	if k, c := keys("SO", 3); !c || len(k) != 3 {
-		t.Fatalf("SoldOutKeys(3 orders, max 3) = %v, %v; want 3 keys, complete", k, c)
+	_, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "RS", Fence: 1, Items: []service.BatchItem{
+		{Buyer: "b", Key: "rs-b1", RequestHash: "h", Quantity: 1, Admitted: &before},
+		{Buyer: "b", Key: "rs-b2", RequestHash: "h", Quantity: 1, Admitted: &cur},
+	}})
+	if err != nil || !stale(errs[0]) || errs[1] != nil {
+		t.Fatalf("batch of one stale and one current order = %v, %v; want a *RestockedError{%d} for the first, the second placed", errs, err, cur)
 	}
-	if k, c := keys("SO", 2); c || len(k) != 0 {
-		t.Fatalf("SoldOutKeys(3 orders, max 2) = %v, %v; want none, incomplete", k, c)
+	noOrder(t, s, "b", "rs-b1")
+	d := deduction("b", "rs-now", "RS", 1, service.WriteConditional)
+	d.Admitted = &cur
+	if _, err := s.Deduct(ctx, d); err != nil {
+		t.Fatalf("Deduct admitted at the current sequence = %v; want placed", err)
 	}
-	mustSetStock(t, s, "SO0", 0, 0)
-	if k, c := keys("SO0", 10); !c || len(k) != 0 {
-		t.Fatalf("SoldOutKeys(stocked 0, no orders) = %v, %v; want no keys, complete", k, c)
-	}
+	consistent(t, s, "RS")
 }
-
-// cmpKey orders the keys of contractSoldOutKeys ("so-<digit>").
-func cmpKey(k service.BuyerKey) int { return int(k.Key[len(k.Key)-1]) }
 
 func contractPrecheck(t *testing.T, s ContractStore) {
 	ctx := context.Background()
@@ -669,8 +678,8 @@ func contractPrecheck(t *testing.T, s ContractStore) {
 	}
 }
 
-// Precheck and SoldOutKeys each read one snapshot: racing the sale of the
-// last unit, they see the unit and no order, or the order and no unit.
+// Precheck reads one snapshot: racing the sale of the last unit, it sees
+// the unit and no order, or the order and no unit.
 func contractSnapshotReads(t *testing.T, s ContractStore) {
 	ctx := context.Background()
 	for round := range 5 {
@@ -691,15 +700,6 @@ func contractSnapshotReads(t *testing.T, s ContractStore) {
 					}
 					if (st.Available == 1) != (prev == nil) {
 						t.Errorf("Precheck racing the last sale = available %d, order %v; want one snapshot", st.Available, prev)
-						return
-					}
-					keys, complete, err := s.SoldOutKeys(ctx, sku, 10)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if complete && !slices.Contains(keys, service.BuyerKey{Buyer: "b", Key: key}) {
-						t.Errorf("SoldOutKeys racing the last sale = %v, complete; want the sold order's key", keys)
 						return
 					}
 					select {

@@ -35,6 +35,9 @@ import (
 // Its hooks (ConflictNext, FailNext, AfterRead, Stats) drive and observe
 // the paths a real database produces only by chance.
 type MemStore struct {
+	// MaxQuantity is as repo.Options.MaxQuantity (default 100).
+	MaxQuantity int64
+
 	rowsMu sync.Mutex
 	rows   map[string]*sync.Mutex // the SKUs' row locks, held from a write to its commit
 
@@ -73,6 +76,13 @@ type Stats struct {
 	BatchSizes  []int                 // the item count of each DeductBatch call, in call order
 	KeysChecked []int                 // each DeductBatch call's items with KeyChecked, in call order
 	SetStocks   int
+}
+
+func (m *MemStore) maxQuantity() int64 {
+	if m.MaxQuantity > 0 {
+		return m.MaxQuantity
+	}
+	return 100
 }
 
 // NewMemStore returns an empty MemStore.
@@ -287,31 +297,6 @@ func (m *MemStore) Precheck(ctx context.Context, sku, buyer, key string) (servic
 	return st.Stock, &o, nil
 }
 
-// SoldOutKeys reads in one snapshot whether sku is sold out (available 0)
-// and, if so, the buyer and key of each of its orders; complete is false
-// when it is unknown, not sold out, or has more than limit orders.
-func (m *MemStore) SoldOutKeys(ctx context.Context, sku string, limit int) ([]service.BuyerKey, bool, error) {
-	if err := ctxErr(ctx, "read sold-out keys"); err != nil {
-		return nil, false, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	st, ok := m.stock[sku]
-	if !ok || st.Available != 0 {
-		return nil, false, nil
-	}
-	var keys []service.BuyerKey
-	for _, o := range m.orders {
-		if o.SKU == sku {
-			if len(keys) == limit {
-				return nil, false, nil
-			}
-			keys = append(keys, service.BuyerKey{Buyer: o.Buyer, Key: o.Key})
-		}
-	}
-	return keys, true, nil
-}
-
 // SetStock creates sku or sets its available count and per-buyer limit,
 // with a restock ledger entry when the count changes (or the SKU is new).
 // Setting the current count bumps no version and writes no entry. Switching
@@ -336,6 +321,9 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, available, perBuyer
 		return st.Stock, nil
 	}
 	from := st.PerBuyerLimit
+	if available > st.Available && st.Available < m.maxQuantity() || (from > 0 && (perBuyerLimit == 0 || perBuyerLimit > from)) {
+		st.RestockSeq++ // room for an order refused before, as the MySQL store counts it
+	}
 	if st.Available != available {
 		delta := available - st.Available
 		st.Available = available
@@ -546,6 +534,10 @@ func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Ord
 		m.mu.Unlock()
 		return service.Order{}, service.ErrUnknownSKU
 	}
+	if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
+		m.mu.Unlock()
+		return service.Order{}, err
+	}
 	limit := snap.PerBuyerLimit
 	switch d.Write {
 	case service.WriteForUpdate:
@@ -655,6 +647,10 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 		q := int64(it.Quantity)
 		k := service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
 		dup := m.taken(it.Buyer, it.Key) || inBatch[k]
+		if err := service.Restocked(it.Admitted, snap.RestockSeq); err != nil {
+			errs[i] = err
+			continue
+		}
 		if q > left {
 			errs[i] = service.ErrSoldOut
 			continue
