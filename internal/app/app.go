@@ -162,10 +162,14 @@ func (a *App) openRedis(cfg Config) {
 // default), its renewals and losses counted.
 func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error) {
 	m := a.Metrics
-	locks := lock.New(a.Redis, lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
+	lockOpts := []lock.Option{lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
 		Renewed: m.Renewed,
 		Lost:    func(string) { m.Lock("lost", 0) },
-	}))
+	})}
+	if cfg.LockClassicPubSub {
+		lockOpts = append(lockOpts, lock.WithClassicPubSub())
+	}
+	locks := lock.New(a.Redis, lockOpts...)
 	a.closers = append(a.closers, func() { _ = locks.Close() })
 	l, closeLocks, err := skulock.Open(ctx, skulock.Config{Backend: cfg.LockBackend, Locks: locks, Redis: a.Redis,
 		Prefix: cfg.RedisPrefix, MySQLDSN: cfg.MySQLDSN, RedlockAddrs: cfg.RedlockAddrs, RedisPassword: cfg.RedisPassword,

@@ -39,8 +39,11 @@ type Config struct {
 	QueueMax      int
 	SoldOutTTL    time.Duration // 0: no sold-out fast path
 	RedisPrefix   string
-	MaxBody       int64
-	ShutdownAfter time.Duration
+	// LockClassicPubSub: PUBLISH/SUBSCRIBE only on a cluster (Redisson's
+	// shardedSubscriptionMode=OFF), from STOCK_LOCK_PUBSUB=classic.
+	LockClassicPubSub bool
+	MaxBody           int64
+	ShutdownAfter     time.Duration
 	// HTTP server timeouts: a slow or stalled client cannot hold a connection longer.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -136,6 +139,13 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		JWTIssuer:         p.str("STOCK_JWT_ISSUER", ""),
 		JWTAudience:       p.str("STOCK_JWT_AUDIENCE", ""),
 		JWTCacheSize:      p.integer("STOCK_JWT_CACHE_SIZE", 50_000, 0, 1_000_000),
+	}
+	switch v := p.str("STOCK_LOCK_PUBSUB", "auto"); v {
+	case "auto":
+	case "classic":
+		c.LockClassicPubSub = true
+	default:
+		p.fail("STOCK_LOCK_PUBSUB", fmt.Sprintf("%q; want auto or classic", v))
 	}
 	c.LockBackend = p.str("STOCK_LOCK_BACKEND", skulock.BackendRedisson)
 	if !skulock.ValidBackend(c.LockBackend) {

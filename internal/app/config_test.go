@@ -35,6 +35,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"STOCK_JWT_CACHE_SIZE", "-1"},
 		{"STOCK_JWT_CACHE_SIZE", "many"},
 		{"STOCK_LOCK_BACKEND", "zookeeper"},
+		{"STOCK_LOCK_PUBSUB", "sharded"},
 		{"STOCK_REDLOCK_ADDRS", "a:1,,b:2"},
 		{"STOCK_REDLOCK_NODE_TIMEOUT", "fast"},
 		{"STOCK_REDLOCK_NODE_TIMEOUT", "0"},

@@ -104,6 +104,17 @@ func WithPrefix(prefix string) Option {
 	return func(c *Client) { c.prefix = prefix }
 }
 
+// WithClassicPubSub makes a Client on a Redis Cluster publish its unlock
+// messages with PUBLISH only and its waiters listen with SUBSCRIBE only, as
+// a Redisson client with shardedSubscriptionMode=OFF does. By default (as
+// Redisson's AUTO) a cluster with sharded pub/sub (Redis 7+) gets SPUBLISH
+// as well, and waiters listen with SSUBSCRIBE; a Java service in OFF mode
+// publishes by PUBLISH alone, which those waiters would not hear. Without a
+// cluster it changes nothing.
+func WithClassicPubSub() Option {
+	return func(c *Client) { c.classicPubSub = true }
+}
+
 // WithHooks sets the metric hooks.
 func WithHooks(h Hooks) Option {
 	return func(c *Client) { c.hooks = h }
@@ -121,6 +132,8 @@ type Client struct {
 	hooks    Hooks
 	cluster  bool
 	epoch    time.Time // monotonic base of lease deadlines
+
+	classicPubSub bool // WithClassicPubSub
 
 	seq atomic.Int64
 

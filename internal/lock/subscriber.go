@@ -200,12 +200,12 @@ const (
 
 // sharded reports whether unlock messages go by sharded pub/sub too: only
 // on a cluster that answers PUBSUB SHARDNUMSUB (Redis 7+), as Redisson
-// decides by default. The answer is asked once, the first time a channel is
+// decides by default, and never with WithClassicPubSub. The answer is asked once, the first time a channel is
 // needed or a publishing script runs, and kept; when Redis could not be asked
 // (a network error, ctx ended) this call answers no and the next one asks
 // again.
 func (c *Client) sharded(ctx context.Context) bool {
-	if !c.cluster {
+	if !c.cluster || c.classicPubSub {
 		return false
 	}
 	switch c.shard.Load() {

@@ -23,6 +23,75 @@ func TestClusterClient(t *testing.T) {
 	addrs := testserver.StartCluster(t)
 	t.Run("Locks", func(t *testing.T) { t.Parallel(); testClusterLocks(t, addrs) })
 	t.Run("ShardedPubSub", func(t *testing.T) { t.Parallel(); testClusterShardedPubSub(t, addrs) })
+	t.Run("ClassicPubSub", func(t *testing.T) { t.Parallel(); testClusterClassicPubSub(t, addrs) })
+}
+
+// With WithClassicPubSub (beside Java services whose Redisson runs
+// shardedSubscriptionMode=OFF), a Go waiter behind a Java holder listens
+// with SUBSCRIBE, not SSUBSCRIBE, so the Java unlock's PUBLISH reaches it,
+// and it gets the lock; a Go unlock reaches a Java waiter's SUBSCRIBE.
+func testClusterClassicPubSub(t *testing.T, addrs []string) {
+	ctx := context.Background()
+	newCC := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	raw := newCC()
+	c := lock.New(newCC(), lock.WithClassicPubSub())
+	defer func() { _ = c.Close() }()
+	name := "classic-lock-" + uuid.NewString()[:8]
+	channel := javaChannel(name)
+	// subs counts the plain and the sharded subscribers of channel on every master.
+	subs := func() (plain, sharded int64) {
+		var p, sh atomic.Int64 // the masters are asked in parallel
+		err := raw.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			p.Add(must(m.PubSubNumSub(ctx, channel).Result())[channel])
+			sh.Add(must(m.PubSubShardNumSub(ctx, channel).Result())[channel])
+			return nil
+		})
+		noErr(t, err)
+		return p.Load(), sh.Load()
+	}
+
+	const thread = "java-uuid:1"
+	must(raw.HSet(ctx, name, thread, 1).Result())
+	must(raw.PExpire(ctx, name, 30*time.Second).Result())
+	got := make(chan acquired, 1)
+	go func() {
+		h, err := c.Mutex(name).TryLock(ctx, 30*time.Second, 0)
+		got <- acquired{h: h, err: err, at: time.Now()}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		plain, sharded := subs()
+		if sharded != 0 {
+			t.Fatalf("%d sharded subscribers of %s with WithClassicPubSub; want 0", sharded, channel)
+		}
+		if plain == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Go waiter listens on %s with SUBSCRIBE within 10s", channel)
+		}
+	}
+	if answer, _ := javaUnlock(t, raw, name, channel, thread, "r1", "publish"); answer != 1 {
+		t.Fatalf("Java's unlock answered %d; want 1", answer)
+	}
+	h := receive(t, got, 30*time.Second, "Go waiter")
+	noErr(t, h.err)
+
+	ps := raw.Subscribe(ctx, channel) // a Java waiter in OFF mode
+	defer func() { _ = ps.Close() }()
+	must(ps.Receive(ctx))
+	noErr(t, h.h.Unlock(ctx))
+	select {
+	case m := <-ps.Channel():
+		if m.Payload != "0" {
+			t.Fatalf("Go unlock published %q on %s; want \"0\"", m.Payload, channel)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Go unlock published nothing on %s for a SUBSCRIBE waiter", channel)
+	}
 }
 
 // exclusion, re-entry, pub/sub wake-ups across nodes, and renewals batched
@@ -314,10 +383,11 @@ func testClusterShardedPubSub(t *testing.T, addrs []string) {
 	t.Logf("slowest wake-up after a sharded unlock: %v", slowest)
 
 	// The sharded connections close once no one waits.
-	time.Sleep(400 * time.Millisecond)
 	for _, name := range slices.Concat(rounds...) {
-		if n := shardSubs(channel(name)); n != 0 {
-			t.Fatalf("%s: PUBSUB SHARDNUMSUB = %d after the waiters left; want 0", name, n)
+		for deadline := time.Now().Add(10 * time.Second); shardSubs(channel(name)) != 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: PUBSUB SHARDNUMSUB = %d 10s after the waiters left; want 0", name, shardSubs(channel(name)))
+			}
 		}
 	}
 }
