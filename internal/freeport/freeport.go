@@ -61,11 +61,11 @@ func Reserve() (*Port, error) {
 	}
 	for range 1000 {
 		n := lowest + rand.IntN(highest-lowest+1) //nolint:gosec // G404: spreading picks, not a secret
-		p, err := lockPort(dir, n)
+		p, ok, err := lockPort(dir, n)
 		if err != nil {
 			return nil, err
 		}
-		if p == nil {
+		if !ok {
 			continue
 		}
 		if listenable(n) {
@@ -76,19 +76,23 @@ func Reserve() (*Port, error) {
 	return nil, errors.New("freeport: no free port in 1000 tries")
 }
 
-// lockPort takes port n's lock file, or returns nil if another holder has it.
-func lockPort(dir string, n int) (*Port, error) {
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(n)), os.O_CREATE|os.O_RDWR, 0o600)
+// lockPort takes port n's lock file; ok is false when another holder has it.
+func lockPort(dir string, n int) (*Port, bool, error) {
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(n)), os.O_CREATE|os.O_RDWR, 0o600) //nolint:gosec // G304: a file named by a port number in our own directory
 	if err != nil {
-		return nil, fmt.Errorf("freeport: %w", err)
+		return nil, false, fmt.Errorf("freeport: %w", err)
 	}
 	// flock locks belong to the open file, so a second open in this very
-	// process conflicts too.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// process conflicts too. EWOULDBLOCK: another holder has it.
+	switch ferr := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+	case errors.Is(ferr, syscall.EWOULDBLOCK):
 		_ = f.Close()
-		return nil, nil //nolint:nilnil // taken: the caller tries another port
+		return nil, false, nil
+	case ferr != nil:
+		_ = f.Close()
+		return nil, false, fmt.Errorf("freeport: lock port %d: %w", n, ferr)
 	}
-	return &Port{Number: n, file: f}, nil
+	return &Port{Number: n, file: f}, true, nil
 }
 
 // listenable reports whether a listener can bind 127.0.0.1:n right now.

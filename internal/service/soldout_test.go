@@ -55,8 +55,7 @@ type clock struct {
 	t  time.Time
 }
 
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 // instance is another Service over e's database and lock, with a counting
 // store and a settable sold-out clock.
