@@ -2,7 +2,9 @@ package repo
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -23,40 +25,74 @@ func (s *Store) Stock(ctx context.Context, sku string) (service.Stock, error) {
 // in one statement (one round trip, one snapshot). It returns
 // service.ErrUnknownSKU for an unknown SKU.
 func (s *Store) Precheck(ctx context.Context, sku, buyer, key string) (service.Stock, *service.Order, error) {
-	var rows []struct {
-		Available, Sold, Version, PerBuyerLimit int64
-		RestockSeq                              int64
-		OID                                     *int64 `gorm:"column:oid"`
-		OBuyer                                  string `gorm:"column:obuyer"`
-		OSKU                                    string `gorm:"column:osku"`
-		RequestHash                             string
-		Quantity                                int
-		Fence                                   *int64
-		CreatedAt                               *time.Time
+	st, orders, err := s.PrecheckKeys(ctx, sku, []service.BuyerKey{{Buyer: buyer, Key: key}})
+	if err != nil {
+		return st, nil, err
 	}
-	err := s.db.WithContext(ctx).Table("stock s").
-		Select("s.available, s.sold, s.version, s.per_buyer_limit, s.restock_seq, o.id AS oid, o.buyer AS obuyer, o.sku AS osku, o.request_hash, o.quantity, o.fence, o.created_at").
-		Joins("LEFT JOIN orders o ON o.buyer = ? AND o.idempotency_key = ?", buyer, key).
-		Where("s.sku = ?", sku).Limit(1).Scan(&rows).Error
+	return st, orders[0], nil
+}
+
+// PrecheckKeys reads the stock row of sku and the orders of keys (of
+// whatever SKU; nil for a key without one), in one statement: one round
+// trip and one snapshot for any number of keys. It returns
+// service.ErrUnknownSKU for an unknown SKU. The sold-out fast path sends it
+// for every few orders of a flood, so it is built and scanned here, without
+// gorm.
+func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.BuyerKey) (service.Stock, []*service.Order, error) {
+	var q strings.Builder
+	// A LEFT JOIN on a constant condition: one row per order of the keys,
+	// or one with no order, each with the stock row.
+	q.WriteString("SELECT s.available, s.sold, s.version, s.per_buyer_limit, s.restock_seq, " +
+		"o.id, o.buyer, o.idempotency_key, o.sku, o.request_hash, o.quantity, o.fence, o.created_at " +
+		"FROM stock s LEFT JOIN orders o ON (o.buyer, o.idempotency_key) IN (")
+	args := make([]any, 0, 1+2*len(keys))
+	for i, k := range keys {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?)")
+		args = append(args, k.Buyer, k.Key)
+	}
+	q.WriteString(") WHERE s.sku = ?")
+	args = append(args, sku)
+	rows, err := s.sql.QueryContext(ctx, q.String(), args...)
 	if err != nil {
 		return service.Stock{}, nil, translate(ctx, "precheck", err)
 	}
-	if len(rows) == 0 {
+	defer func() { _ = rows.Close() }()
+	found := false
+	st := service.Stock{SKU: sku}
+	byKey := make(map[service.BuyerKey]*service.Order)
+	for rows.Next() {
+		var id sql.NullInt64
+		var o orderModel
+		var buyer, key, osku, hash sql.NullString
+		var quantity sql.NullInt64
+		var created sql.NullTime
+		if err := rows.Scan(&st.Available, &st.Sold, &st.Version, &st.PerBuyerLimit, &st.RestockSeq,
+			&id, &buyer, &key, &osku, &hash, &quantity, &o.Fence, &created); err != nil {
+			return service.Stock{}, nil, translate(ctx, "precheck", err)
+		}
+		found = true
+		if !id.Valid { // no order of any key
+			continue
+		}
+		o.ID, o.Buyer, o.IdempotencyKey, o.SKU, o.RequestHash = id.Int64, buyer.String, key.String, osku.String, hash.String
+		o.Quantity, o.CreatedAt = int(quantity.Int64), created.Time
+		out := o.order()
+		byKey[service.BuyerKey{Buyer: o.Buyer, Key: o.IdempotencyKey}] = &out
+	}
+	if err := rows.Err(); err != nil {
+		return service.Stock{}, nil, translate(ctx, "precheck", err)
+	}
+	if !found {
 		return service.Stock{}, nil, service.ErrUnknownSKU
 	}
-	r := rows[0]
-	st := service.Stock{SKU: sku, Available: r.Available, Sold: r.Sold, Version: r.Version, PerBuyerLimit: r.PerBuyerLimit,
-		RestockSeq: r.RestockSeq}
-	if r.OID == nil || r.OBuyer != buyer { // byte for byte, as in OrderByKey
-		return st, nil, nil
+	orders := make([]*service.Order, len(keys))
+	for i, k := range keys {
+		orders[i] = byKey[k] // byte for byte, as in OrderByKey
 	}
-	o := orderModel{ID: *r.OID, Buyer: buyer, IdempotencyKey: key, SKU: r.OSKU, RequestHash: r.RequestHash,
-		Quantity: r.Quantity, Fence: r.Fence}
-	if r.CreatedAt != nil {
-		o.CreatedAt = *r.CreatedAt
-	}
-	out := o.order()
-	return st, &out, nil
+	return st, orders, nil
 }
 
 // SetStock creates sku with available units, or sets its available count,

@@ -44,3 +44,14 @@ func EndRedisBackoff(s *Service) { s.redisDownUntil.Store(0) }
 // SetReplayClock sets the clock of s's watch for replays, which decides
 // whether a batch reads its keys before the lock (for tests).
 func SetReplayClock(s *Service, now func() time.Time) { s.replays.now = now }
+
+// SoldOutWaiting returns the orders of sku waiting for the fast path's next
+// read at s (for tests).
+func SoldOutWaiting(s *Service, sku string) int {
+	s.soldOut.mu.Lock()
+	defer s.soldOut.mu.Unlock()
+	if l := s.soldOut.reads[sku]; l != nil {
+		return len(l.waiting)
+	}
+	return 0
+}

@@ -101,13 +101,14 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	}
 	defer done()
 	// The pre-check, unless the batch reads for its orders (batchesCheck);
-	// a SKU MySQL said was sold out (the fast path) is pre-checked either way.
-	if !s.batchesCheck() || s.soldOut.known(r.SKU) {
+	// a SKU MySQL said was sold out (the fast path) is pre-checked either
+	// way, its orders' reads combined.
+	if fast := s.soldOut.known(r.SKU); fast || !s.batchesCheck() {
 		// The stock row and the key's order, in one statement (one
 		// snapshot): an order of this key committed before the read is
 		// always seen, so a retry whose first attempt took the last unit
 		// gets its order back, not a 409.
-		st, prev, err := s.store.Precheck(ctx, r.SKU, r.Buyer, r.Key)
+		st, prev, err := s.precheck(ctx, r, fast)
 		if err != nil {
 			return Order{}, false, err
 		}
@@ -175,6 +176,16 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	return o, false, nil
+}
+
+// precheck reads the SKU's stock row and the order of the request's key:
+// on the sold-out fast path in a read shared with the SKU's other orders
+// there, alone otherwise.
+func (s *Service) precheck(ctx context.Context, r PlaceRequest, fast bool) (Stock, *Order, error) {
+	if fast {
+		return s.soldOut.check(ctx, s.store, r.SKU, BuyerKey{Buyer: r.Buyer, Key: r.Key})
+	}
+	return s.store.Precheck(ctx, r.SKU, r.Buyer, r.Key)
 }
 
 // batchesCheck reports whether the order skips the pre-check read and goes

@@ -104,7 +104,7 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, info: cfg.Strategy.Info(),
 		lines: newLines(), flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}}
 	if cfg.SoldOutTTL > 0 {
-		s.soldOut = newSoldOut(cfg.SoldOutTTL)
+		s.soldOut = newSoldOut(cfg.SoldOutTTL, cfg.WriteTimeout)
 	}
 	return s
 }

@@ -1,33 +1,126 @@
 package service
 
 import (
+	"context"
+	"fmt"
+	"runtime"
 	"sync"
 	"time"
 )
 
 // soldOut is an instance's sold-out fast path: the SKUs that MySQL said
 // were sold out within the last SoldOutTTL. Their orders skip the line and
-// the lock: each is answered from one read of the stock row and of its own
-// key (Store.Precheck), exact at that moment. A replay gets its order, a key
-// reused with another body is refused, and stock found again (a restock this
+// the lock: each is answered from a read of the stock row and of its own
+// key (check), exact at that moment. A replay gets its order, a key reused
+// with another body is refused, and stock found again (a restock this
 // instance has not heard of yet) ends the entry: the order goes the usual
 // way. So an entry never answers anything MySQL would not; a stale one only
 // costs the orders of a restocked SKU that read until it is dropped.
 type soldOut struct {
-	ttl time.Duration
-	max int // SKUs kept at most
-	now func() time.Time
+	ttl         time.Duration
+	max         int // SKUs kept at most
+	readTimeout time.Duration
+	now         func() time.Time
 
 	mu    sync.Mutex
 	until map[string]time.Time
+	reads map[string]*soldOutReads // by SKU, while its reads run
 }
+
+// soldOutReads are the orders of one SKU waiting for the next read.
+type soldOutReads struct{ waiting []*soldOutRead }
+
+// soldOutRead is one order's read: its key, then what was read.
+type soldOutRead struct {
+	key  BuyerKey
+	done chan struct{}
+	st   Stock
+	prev *Order
+	err  error
+}
+
+// soldOutReadMax bounds the keys one read takes; soldOutGather is how many
+// times a read yields to the other goroutines before it is sent.
+const (
+	soldOutReadMax = 256
+	soldOutGather  = 4
+)
 
 // soldOutMaxSKUs bounds the SKUs the fast path holds; past it a sold-out
 // SKU's orders take the usual way.
 const soldOutMaxSKUs = 100_000
 
-func newSoldOut(ttl time.Duration) *soldOut {
-	return &soldOut{ttl: ttl, max: soldOutMaxSKUs, now: time.Now, until: make(map[string]time.Time)}
+func newSoldOut(ttl, readTimeout time.Duration) *soldOut {
+	return &soldOut{ttl: ttl, max: soldOutMaxSKUs, readTimeout: readTimeout, now: time.Now,
+		until: make(map[string]time.Time), reads: make(map[string]*soldOutReads)}
+}
+
+// check reads sku's stock row and the order of key (nil for none), as
+// Store.Precheck does. The orders of a SKU that arrive while its read is
+// in flight share the next one (Store.PrecheckKeys, up to soldOutReadMax
+// keys), so a flood costs a fraction of a read per order, and every answer
+// still comes from a read that began after its order arrived. When ctx ends
+// first it returns an error wrapping ErrUnavailable (the read goes on).
+func (c *soldOut) check(ctx context.Context, store Store, sku string, key BuyerKey) (Stock, *Order, error) {
+	r := &soldOutRead{key: key, done: make(chan struct{})}
+	c.mu.Lock()
+	l := c.reads[sku]
+	if l == nil {
+		l = &soldOutReads{}
+		c.reads[sku] = l
+		go c.readAll(store, sku) // ends when no order of sku waits
+	}
+	l.waiting = append(l.waiting, r)
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.st, r.prev, r.err
+	case <-ctx.Done():
+		return Stock{}, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// readAll reads for the orders of sku waiting, batch by batch, until none
+// waits.
+func (c *soldOut) readAll(store Store, sku string) {
+	for {
+		c.mu.Lock()
+		l := c.reads[sku]
+		// Let the orders being served on the other goroutines join this
+		// read before it is sent: a read costs MySQL about as much for a
+		// hundred keys as for one.
+		for range soldOutGather {
+			if len(l.waiting) >= soldOutReadMax/4 {
+				break
+			}
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+		}
+		n := min(len(l.waiting), soldOutReadMax)
+		if n == 0 {
+			delete(c.reads, sku)
+			c.mu.Unlock()
+			return
+		}
+		batch := l.waiting[:n:n]
+		l.waiting = l.waiting[n:]
+		c.mu.Unlock()
+		keys := make([]BuyerKey, n)
+		for i, r := range batch {
+			keys[i] = r.key
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.readTimeout)
+		st, orders, err := store.PrecheckKeys(ctx, sku, keys)
+		cancel()
+		for i, r := range batch {
+			r.st, r.err = st, err
+			if err == nil {
+				r.prev = orders[i]
+			}
+			close(r.done)
+		}
+	}
 }
 
 // known reports whether sku was sold out within the TTL (false for a nil

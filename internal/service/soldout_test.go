@@ -21,6 +21,7 @@ import (
 type countingStore struct {
 	service.Store
 	calls, prechecks atomic.Int64
+	beforeRead       atomic.Pointer[func(keys []service.BuyerKey)] // runs before each PrecheckKeys
 }
 
 func (c *countingStore) OrderByKey(ctx context.Context, buyer, key string) (service.Order, error) {
@@ -37,6 +38,15 @@ func (c *countingStore) Precheck(ctx context.Context, sku, buyer, key string) (s
 	c.calls.Add(1)
 	c.prechecks.Add(1)
 	return c.Store.Precheck(ctx, sku, buyer, key)
+}
+
+func (c *countingStore) PrecheckKeys(ctx context.Context, sku string, keys []service.BuyerKey) (service.Stock, []*service.Order, error) {
+	c.calls.Add(1)
+	c.prechecks.Add(1)
+	if f := c.beforeRead.Load(); f != nil {
+		(*f)(keys)
+	}
+	return c.Store.PrecheckKeys(ctx, sku, keys)
 }
 
 func (c *countingStore) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
@@ -139,6 +149,66 @@ func TestSoldOutSkipsTheLine(t *testing.T) {
 				t.Fatal("the fast path still holds the SKU after an order found stock")
 			}
 		})
+	}
+}
+
+// The fast path's reads are shared: the orders of a sold-out SKU that
+// arrive while its read is in flight all go into the next one. The first
+// read is held until 100 more orders wait; they then take one read, and
+// each is answered from it.
+func TestSoldOutReadsAreCombined(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, service.Config{})
+	e.setStock(t, 0)
+	s, cs, _ := e.instance(service.Config{SoldOutTTL: time.Hour})
+	if _, _, err := e.place(s, "b0", "first"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(s, e.sku) {
+		t.Fatalf("first order = %v; want ErrSoldOut and the SKU held", err)
+	}
+	release := make(chan struct{})
+	var sizes []int
+	var mu sync.Mutex
+	hold := func(keys []service.BuyerKey) {
+		mu.Lock()
+		sizes = append(sizes, len(keys))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+	}
+	cs.beforeRead.Store(&hold)
+	const n = 100
+	errs := make(chan error, n+1)
+	go func() { _, _, err := e.place(s, "b0", "held"); errs <- err }()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		started := len(sizes) == 1
+		mu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first read did not start within a minute")
+		}
+	}
+	for i := range n {
+		go func() { _, _, err := e.place(s, fmt.Sprint("b", i+1), "k"); errs <- err }()
+	}
+	for deadline := time.Now().Add(time.Minute); service.SoldOutWaiting(s, e.sku) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d orders waiting for the next read after a minute", service.SoldOutWaiting(s, e.sku), n)
+		}
+	}
+	close(release)
+	for range n + 1 {
+		if err := <-errs; !errors.Is(err, service.ErrSoldOut) {
+			t.Fatalf("order of the sold-out SKU = %v; want ErrSoldOut", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != n {
+		t.Fatalf("reads of %v keys; want one of 1 (held), then one of %d", sizes, n)
 	}
 }
 

@@ -179,6 +179,9 @@ type Store interface {
 	// Precheck returns the stock row and the buyer's order of key, if any,
 	// read in one snapshot; ErrUnknownSKU for an unknown SKU.
 	Precheck(ctx context.Context, sku, buyer, key string) (Stock, *Order, error)
+	// PrecheckKeys is Precheck for many keys in one read: the stock row and
+	// each key's order (nil for none), in one snapshot.
+	PrecheckKeys(ctx context.Context, sku string, keys []BuyerKey) (Stock, []*Order, error)
 	// SetStock creates the SKU or sets its available count and per-buyer
 	// limit, with a ledger entry when the count changes; more units or a
 	// higher (or no) limit bump RestockSeq.

@@ -280,6 +280,17 @@ func (m *MemStore) Stock(ctx context.Context, sku string) (service.Stock, error)
 // whatever SKU), if any, in one snapshot; service.ErrUnknownSKU for an
 // unknown SKU.
 func (m *MemStore) Precheck(ctx context.Context, sku, buyer, key string) (service.Stock, *service.Order, error) {
+	st, orders, err := m.PrecheckKeys(ctx, sku, []service.BuyerKey{{Buyer: buyer, Key: key}})
+	if err != nil {
+		return st, nil, err
+	}
+	return st, orders[0], nil
+}
+
+// PrecheckKeys returns the stock row of sku and the order of each key (of
+// whatever SKU; nil for none), in one snapshot; service.ErrUnknownSKU for
+// an unknown SKU.
+func (m *MemStore) PrecheckKeys(ctx context.Context, sku string, keys []service.BuyerKey) (service.Stock, []*service.Order, error) {
 	if err := ctxErr(ctx, "precheck"); err != nil {
 		return service.Stock{}, nil, err
 	}
@@ -289,12 +300,14 @@ func (m *MemStore) Precheck(ctx context.Context, sku, buyer, key string) (servic
 	if !ok {
 		return service.Stock{}, nil, service.ErrUnknownSKU
 	}
-	id, ok := m.byKey[service.BuyerKey{Buyer: buyer, Key: key}]
-	if !ok {
-		return st.Stock, nil, nil
+	orders := make([]*service.Order, len(keys))
+	for i, k := range keys {
+		if id, ok := m.byKey[k]; ok {
+			o := cloneOrder(m.orders[id])
+			orders[i] = &o
+		}
 	}
-	o := cloneOrder(m.orders[id])
-	return st.Stock, &o, nil
+	return st.Stock, orders, nil
 }
 
 // SetStock creates sku or sets its available count and per-buyer limit,
