@@ -1,8 +1,10 @@
 -- Buyer ids compare byte for byte. As VARCHAR in utf8mb4_bin (a PAD SPACE
 -- collation on MariaDB and MySQL 8.4 alike) 'alice' = 'alice ', so a token
 -- whose sub had trailing spaces matched another buyer's orders. VARBINARY
--- has no pad and no collation. Kept to SQL that MariaDB 10.11 and MySQL 8.4
--- both accept.
+-- has no pad and no collation. A column type change rebuilds the table
+-- (MySQL and MariaDB block writes to orders while it runs): on a large
+-- orders table, run it in a quiet hour or with an online schema tool. Kept
+-- to SQL that MariaDB 10.11 and MySQL 8.4 both accept.
 
 -- +goose Up
 ALTER TABLE orders

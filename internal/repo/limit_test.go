@@ -150,3 +150,44 @@ func waitInsertBlocked(t *testing.T, db *sql.DB) {
 		}
 	}
 }
+
+// An order of the conditional write that read the SKU's restock sequence
+// before a restock, and reaches its UPDATE after it, is refused with a
+// *service.RestockedError (the UPDATE matches the sequence it read), not
+// placed: the restock may have come after a refusal of its key elsewhere.
+// The order is held between its read and its INSERT by a gap lock.
+func TestRestockMidConditionalOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := testserver.Database(t)
+	s, err := repo.Open(ctx, dsn, repo.Options{MaxOpenConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := sqlDB(t, dsn)
+	const sku = "RMID"
+	mustSet(t, s, sku, 1, 0)
+	release := gapLock(t, db, "alice", "k1")
+	placed := make(chan error, 1)
+	go func() {
+		d := deduction(sku, "alice", "k1", service.WriteConditional)
+		admitted := int64(0)
+		d.Admitted = &admitted
+		_, err := s.Deduct(ctx, d)
+		placed <- err
+	}()
+	waitInsertBlocked(t, db)
+	mustSet(t, s, sku, 5, 0) // more units where fewer than an order may ask were left
+	release()
+	var re *service.RestockedError
+	if err := <-placed; !errors.As(err, &re) || re.Seq != 1 {
+		t.Fatalf("conditional order admitted at sequence 0, restocked before its UPDATE = %v; want a *RestockedError{1}", err)
+	}
+	if _, err := s.OrderByKey(ctx, "alice", "k1"); !errors.Is(err, service.ErrOrderNotFound) {
+		t.Fatalf("the refused order's key has an order (%v); want none", err)
+	}
+}

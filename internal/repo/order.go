@@ -275,8 +275,8 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 				return service.Order{}, err
 			case service.Restocked(d.Admitted, row.RestockSeq) != nil:
 				return service.Order{}, service.Restocked(d.Admitted, row.RestockSeq)
-			case row.PerBuyerLimit != cur.PerBuyerLimit:
-				return service.Order{}, service.ErrConflict
+			case row.PerBuyerLimit != cur.PerBuyerLimit, row.RestockSeq != cur.RestockSeq:
+				return service.Order{}, service.ErrConflict // changed since the read: try again
 			}
 			return service.Order{}, service.ErrSoldOut
 		}

@@ -55,3 +55,6 @@ func SoldOutWaiting(s *Service, sku string) int {
 	}
 	return 0
 }
+
+// KnownRestockSeq returns the restock sequence of sku that s knows (for tests).
+func KnownRestockSeq(s *Service, sku string) int64 { return s.seqs.known(sku) }

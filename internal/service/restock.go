@@ -48,28 +48,24 @@ func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerL
 		s.seqs.learn(sku, st.RestockSeq)
 	}
 	if s.cfg.Events != nil {
-		if perr := s.cfg.Events.StockChanged(wctx, sku); perr != nil {
+		if perr := s.cfg.Events.StockChanged(wctx, sku, max(st.RestockSeq, s.seqs.known(sku))); perr != nil {
 			s.log.WarnContext(ctx, "stock change not published: other instances see it at their next read of the SKU", "sku", sku, "err", perr)
 		}
 	}
 	return st, err
 }
 
-// StockChanged forgets what the sold-out fast path knows of sku and reads
-// its restock sequence, so that orders arriving from now on are not refused
-// as admitted before the restock (restocked.go); the wiring calls it for
-// every change another instance publishes. An empty sku forgets every SKU
-// (after changes may have been missed, such as a reconnect of the
+// StockChanged forgets what the sold-out fast path knows of sku and learns
+// its restock sequence, seq, so that orders arriving from now on are not
+// refused as admitted before the change (restocked.go); the wiring calls it
+// for every change another instance publishes. An empty sku forgets every
+// SKU (after changes may have been missed, such as a reconnect of the
 // subscription); their sequences are learnt from the next orders' answers.
-func (s *Service) StockChanged(sku string) {
+func (s *Service) StockChanged(sku string, seq int64) {
 	if sku == "" {
 		s.soldOut.dropAll()
 		return
 	}
 	s.soldOut.drop(sku)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
-	defer cancel()
-	if st, err := s.store.Stock(ctx, sku); err == nil {
-		s.seqs.learn(sku, st.RestockSeq)
-	}
+	s.seqs.learn(sku, seq)
 }

@@ -146,8 +146,16 @@ func (c *soldOut) mark(sku string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.now()
+	if _, ok := c.until[sku]; !ok && len(c.until) >= c.max {
+		for s, until := range c.until { // full: make room from the expired
+			if !now.Before(until) {
+				delete(c.until, s)
+			}
+		}
+	}
 	if _, ok := c.until[sku]; ok || len(c.until) < c.max {
-		c.until[sku] = c.now().Add(c.ttl)
+		c.until[sku] = now.Add(c.ttl)
 	}
 }
 

@@ -299,11 +299,11 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	subscribed := make(chan struct{})
 	var once sync.Once
 	wg.Go(func() {
-		events.Listen(ctx, func(sku string) {
+		events.Listen(ctx, func(sku string, seq int64) {
 			if sku == "" {
 				once.Do(func() { close(subscribed) })
 			}
-			b.StockChanged(sku)
+			b.StockChanged(sku, seq)
 		})
 	})
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -328,6 +328,20 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	got, replayed, err := e.place(b, "b1", "k1")
 	if err != nil || !replayed || got.ID != o.ID {
 		t.Fatalf("replay at b of the order placed at a = %+v, %v, %v; want the replay of order %d", got, replayed, err, o.ID)
+	}
+	// The message carried the restock sequence: a new order at b is placed
+	// at once, not told to retry as one admitted before the restock.
+	if _, err := a.SetStock(context.Background(), e.sku, 3, 0); err != nil { // 0 left: room again
+		t.Fatal(err)
+	}
+	want := service.KnownRestockSeq(a, e.sku)
+	for deadline := time.Now().Add(5 * time.Second); service.KnownRestockSeq(b, e.sku) < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b knows restock sequence %d 5s after a's restock to %d was published", service.KnownRestockSeq(b, e.sku), want)
+		}
+	}
+	if _, _, err := e.place(b, "b2", "k2"); err != nil {
+		t.Fatalf("order at b after the published restock = %v; want placed", err)
 	}
 }
 

@@ -94,7 +94,8 @@ const (
 	WritePlain Write = iota
 	// WriteVersioned ends with UPDATE ... WHERE version = ? AND available >= ?.
 	WriteVersioned
-	// WriteConditional ends with UPDATE ... WHERE available >= ?.
+	// WriteConditional ends with UPDATE ... WHERE available >= ? AND
+	// per_buyer_limit = ? AND restock_seq = ? (the two read before it).
 	WriteConditional
 	// WriteForUpdate reads the row with SELECT ... FOR UPDATE first.
 	WriteForUpdate
@@ -154,10 +155,12 @@ type Batch struct {
 	BeforeCommit func() error
 }
 
-// StockEvents tells the other instances that a SKU's stock changed, so
-// their sold-out fast path forgets it (Redis pub/sub in stock serve).
+// StockEvents tells the other instances that a SKU's stock changed, and
+// its restock sequence after the change, so their sold-out fast path
+// forgets it and their next orders carry the sequence (Redis pub/sub in
+// stock serve).
 type StockEvents interface {
-	StockChanged(ctx context.Context, sku string) error
+	StockChanged(ctx context.Context, sku string, seq int64) error
 }
 
 // BuyerKey is a buyer's idempotency key.

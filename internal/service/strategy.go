@@ -48,7 +48,7 @@ var strategyTable = []StrategyInfo{
 		"**default**: the SKU lock, versioned UPDATE as the backstop, requests of one SKU combined per instance", "yes",
 		"hot SKUs across several instances: the lock keeps contention off MySQL, the version keeps it exact when the lock fails"},
 	{StrategyConditional, true, false, WriteConditional, 3,
-		"no lock; `UPDATE ... WHERE available >= ?`", "yes",
+		"no lock; `UPDATE ... WHERE available >= ?` (and the limit and restock sequence read before it; retried when they moved)", "yes",
 		"the DB-only baseline; also the path `lock+version` takes while Redis is down"},
 	{StrategyForUpdate, true, false, WriteForUpdate, 3,
 		"`SELECT ... FOR UPDATE` in a transaction", "yes",

@@ -2,6 +2,7 @@ package stockevents_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,13 +16,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// listen runs Listen and sends what it reports on a channel.
+// listen runs Listen and sends what it reports on a channel, as "sku@seq".
 func listen(t *testing.T, ev *stockevents.Redis) <-chan string {
 	t.Helper()
 	got := make(chan string, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { ev.Listen(ctx, func(sku string) { got <- sku }) })
+	wg.Go(func() { ev.Listen(ctx, func(sku string, seq int64) { got <- sku + "@" + strconv.FormatInt(seq, 10) }) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return got
 }
@@ -47,18 +48,18 @@ func TestChangesReachListenersAndReconnectsForgetAll(t *testing.T) {
 	ev := stockevents.New(rdb, prefix)
 	got := listen(t, ev)
 	other := listen(t, stockevents.New(rdb, "other:"))
-	if s := next(t, got, "subscription"); s != "" {
-		t.Fatalf("first report = %q; want \"\" (every SKU) for the subscription", s)
+	if s := next(t, got, "subscription"); s != "@0" {
+		t.Fatalf("first report = %q; want \"@0\" (every SKU) for the subscription", s)
 	}
-	if s := next(t, other, "subscription"); s != "" {
-		t.Fatalf("first report of the other prefix = %q; want \"\"", s)
+	if s := next(t, other, "subscription"); s != "@0" {
+		t.Fatalf("first report of the other prefix = %q; want \"@0\"", s)
 	}
 
 	ctx := context.Background()
-	if err := ev.StockChanged(ctx, "SKU-1"); err != nil {
+	if err := ev.StockChanged(ctx, "SKU-1", 7); err != nil {
 		t.Fatal(err)
 	}
-	if s := next(t, got, "change"); s != "SKU-1" {
+	if s := next(t, got, "change"); s != "SKU-1@7" {
 		t.Fatalf("report after a change of SKU-1 = %q", s)
 	}
 	select {
@@ -69,21 +70,21 @@ func TestChangesReachListenersAndReconnectsForgetAll(t *testing.T) {
 
 	// Redis restarts: the listener resubscribes and reports every SKU.
 	r.Kill()
-	if err := ev.StockChanged(ctx, "SKU-lost"); err == nil {
+	if err := ev.StockChanged(ctx, "SKU-lost", 1); err == nil {
 		t.Fatal("publish with Redis down succeeded")
 	}
 	r.Start()
 	for {
 		s := next(t, got, "resubscription after a Redis restart")
-		if s == "" {
+		if s == "@0" {
 			break
 		}
-		t.Fatalf("report after the restart = %q; want \"\"", s)
+		t.Fatalf("report after the restart = %q; want \"@0\"", s)
 	}
-	if err := ev.StockChanged(ctx, "SKU-2"); err != nil {
+	if err := ev.StockChanged(ctx, "SKU-2", 0); err != nil {
 		t.Fatal(err)
 	}
-	if s := next(t, got, "change after the restart"); s != "SKU-2" {
+	if s := next(t, got, "change after the restart"); s != "SKU-2@0" {
 		t.Fatalf("report after a change of SKU-2 = %q", s)
 	}
 }

@@ -298,7 +298,9 @@ func StartCluster(t testing.TB) []string {
 	var addrs []string
 	for i := 0; i < 3; i++ {
 		dir := t.TempDir()
-		r := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+		// The cluster bus gets a reserved port of its own (by default it
+		// would be the client port + 10000, which nothing reserves).
+		r := StartRedis(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(FreePort(t)), "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000")
 		addrs = append(addrs, r.Addr)
 	}

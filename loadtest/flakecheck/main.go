@@ -63,7 +63,7 @@ func run() error {
 		results = append(results, res)
 	}
 	stopBurners()
-	text := summary(results, *burners)
+	text := summary(results, *burners, pkgs)
 	fmt.Print(text)
 	if *report != "" {
 		if err := writeReport(ctx, *report, text); err != nil {
@@ -128,6 +128,10 @@ func runRound(ctx context.Context, round int, timeout string, pkgs []string) (ro
 	start := time.Now()
 	args := append([]string{"test", "-race", "-count=1", "-json", "-timeout", timeout}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...) //nolint:gosec // G204: go test with this tool's own flags
+	// In a process group of its own, so an interrupt stops the test
+	// binaries (and the servers they started) too, not only go test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -221,10 +225,10 @@ func failedRounds(rs []roundResult) int {
 
 // summary is the report's body: the rounds, then each test that failed,
 // with the rounds it failed in and its first failure's output.
-func summary(rs []roundResult, burners int) string {
+func summary(rs []roundResult, burners int, pkgs []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d rounds of `go test -race -count=1 ./...` beside %d CPU burners: %d passed, %d failed.\n\n",
-		len(rs), burners, len(rs)-failedRounds(rs), failedRounds(rs))
+	fmt.Fprintf(&b, "%d rounds of `go test -race -count=1 %s` beside %d CPU burners: %d passed, %d failed.\n\n",
+		len(rs), strings.Join(pkgs, " "), burners, len(rs)-failedRounds(rs), failedRounds(rs))
 	b.WriteString("| round | tests passed | tests failed | took |\n|---|---|---|---|\n")
 	byTest := map[string][]failure{}
 	for i, r := range rs {

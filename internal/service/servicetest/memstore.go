@@ -525,6 +525,9 @@ func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Ord
 		if snap, err = m.read(d.SKU); err != nil {
 			return service.Order{}, err
 		}
+		if err := service.Restocked(d.Admitted, snap.RestockSeq); err != nil { // before sold out, as MySQL checks
+			return service.Order{}, err
+		}
 		if snap.Available < q {
 			return service.Order{}, service.ErrSoldOut
 		}
