@@ -9,7 +9,6 @@ import (
 
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
-	"github.com/seckill/stock/internal/testserver"
 )
 
 // An order that read the SKU's per-buyer limit (none) before the admin
@@ -48,15 +47,7 @@ func TestLimitSwitchedOnMidOrder(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			dsn := testserver.Database(t)
-			s, err := repo.Open(ctx, dsn, repo.Options{MaxOpenConns: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			if _, err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s, dsn := newStoreDSN(t)
 			db := sqlDB(t, dsn)
 			const sku = "LIM"
 			mustSet(t, s, sku, 10, 0)
@@ -70,7 +61,7 @@ func TestLimitSwitchedOnMidOrder(t *testing.T) {
 			first := <-placed
 			t.Logf("first order, placed across the limit change: %v", first)
 
-			_, err = s.Deduct(ctx, deduction(sku, "alice", "k2", service.WriteConditional))
+			_, err := s.Deduct(ctx, deduction(sku, "alice", "k2", service.WriteConditional))
 			var le *service.LimitError
 			if err != nil && !errors.As(err, &le) && !errors.Is(err, service.ErrConflict) {
 				t.Fatalf("second order of alice = %v; want placed, or refused by the limit", err)
@@ -159,15 +150,7 @@ func waitInsertBlocked(t *testing.T, db *sql.DB) {
 func TestRestockMidConditionalOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := testserver.Database(t)
-	s, err := repo.Open(ctx, dsn, repo.Options{MaxOpenConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, dsn := newStoreDSN(t)
 	db := sqlDB(t, dsn)
 	const sku = "RMID"
 	mustSet(t, s, sku, 1, 0)

@@ -13,7 +13,16 @@ import (
 
 func newStore(t *testing.T) *repo.Store {
 	t.Helper()
-	s, err := repo.Open(context.Background(), testserver.Database(t), repo.Options{MaxOpenConns: 4})
+	s, _ := newStoreDSN(t)
+	return s
+}
+
+// newStoreDSN opens a Store on a fresh, migrated database and returns it
+// with the database's DSN.
+func newStoreDSN(t *testing.T) (*repo.Store, string) {
+	t.Helper()
+	dsn := testserver.Database(t)
+	s, err := repo.Open(context.Background(), dsn, repo.Options{MaxOpenConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +30,7 @@ func newStore(t *testing.T) *repo.Store {
 	if _, err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, dsn
 }
 
 // A batch is filled in order while stock lasts; a key that exists already
@@ -140,15 +149,7 @@ func TestPrecheck(t *testing.T) {
 func TestBuyerMatchesExactly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := testserver.Database(t)
-	s, err := repo.Open(ctx, dsn, repo.Options{MaxOpenConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, dsn := newStoreDSN(t)
 	mustSet(t, s, "EX", 10, 0)
 	if _, err := s.Deduct(ctx, deduction("EX", "alice", "k1", service.WriteConditional)); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 )
@@ -39,11 +38,11 @@ type soldOutRead struct {
 	err  error
 }
 
-// soldOutReadMax bounds the keys one read takes; soldOutGather is how many
-// times a read yields to the other goroutines before it is sent.
+// soldOutReadMax bounds the keys one read takes; soldOutLinger is how long
+// a read waits for more orders under a flood.
 const (
 	soldOutReadMax = 256
-	soldOutGather  = 4
+	soldOutLinger  = time.Millisecond
 )
 
 // soldOutMaxSKUs bounds the SKUs the fast path holds; past it a sold-out
@@ -85,21 +84,20 @@ func (c *soldOut) check(ctx context.Context, store Store, sku string, key BuyerK
 // readAll reads for the orders of sku waiting, batch by batch, until none
 // waits.
 func (c *soldOut) readAll(store Store, sku string) {
+	last := 0 // keys in the last read
 	for {
 		c.mu.Lock()
 		l := c.reads[sku]
-		// Let the orders being served on the other goroutines join this
-		// read before it is sent: a read costs MySQL about as much for a
-		// hundred keys as for one.
-		for range soldOutGather {
-			if len(l.waiting) >= soldOutReadMax/4 {
-				break
-			}
+		// Under a flood (the last read took several keys), let more orders
+		// join this read before it is sent: a read costs MySQL about as
+		// much for a hundred keys as for ten. A lone order is read at once.
+		if last > 1 && len(l.waiting) < soldOutReadMax/4 {
 			c.mu.Unlock()
-			runtime.Gosched()
+			time.Sleep(soldOutLinger)
 			c.mu.Lock()
 		}
 		n := min(len(l.waiting), soldOutReadMax)
+		last = n
 		if n == 0 {
 			delete(c.reads, sku)
 			c.mu.Unlock()
