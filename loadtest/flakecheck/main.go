@@ -60,6 +60,9 @@ func run() error {
 			return err
 		}
 		fmt.Printf("flakecheck: round %d: %d tests passed, %d failed, in %s\n", i, res.passed, len(res.failures), res.took.Round(time.Second))
+		for _, f := range res.failures {
+			fmt.Printf("flakecheck: round %d: FAIL %s\n%s\n", i, f.test, tail(f.output, 20))
+		}
 		results = append(results, res)
 	}
 	stopBurners()
