@@ -21,11 +21,15 @@ func TestProfileDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := procCPU(os.Getpid())
+	// Half a second of this process's CPU, not of the clock: on a busy
+	// machine the clock's 300 ms held too few samples.
 	var sink []string
-	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
-		sink = append(sink, strings.Repeat("x", 64)) // allocates: some GC too
-		if len(sink) > 1e5 {
-			sink = sink[:0]
+	for deadline := time.Now().Add(time.Minute); procCPU(os.Getpid())-before < 0.5 && time.Now().Before(deadline); {
+		for range 10_000 {
+			sink = append(sink, strings.Repeat("x", 64)) // allocates: some GC too
+			if len(sink) > 1e5 {
+				sink = sink[:0]
+			}
 		}
 	}
 	pprof.StopCPUProfile()
@@ -42,7 +46,9 @@ func TestProfileDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Samples: ", "| the test | 0.90 |", "orders/s = 0.100x", "## Top functions by cumulative time", "testing.tRunner"} {
+	// pprof's tables are there; which functions head them depends on where
+	// the samples fell (under the race detector, often in its runtime).
+	for _, want := range []string{"Samples: ", "| the test | 0.90 |", "orders/s = 0.100x", "## Top functions by cumulative time", "flat%"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("profile document lacks %q:\n%s", want, doc)
 		}
