@@ -26,8 +26,12 @@ type soldOut struct {
 	reads map[string]*soldOutReads // by SKU, while its reads run
 }
 
-// soldOutReads are the orders of one SKU waiting for the next read.
-type soldOutReads struct{ waiting []*soldOutRead }
+// soldOutReads are the orders of one SKU waiting for the next read, and
+// the goroutines reading for them.
+type soldOutReads struct {
+	waiting []*soldOutRead
+	readers int
+}
 
 // soldOutRead is one order's read: its key, then what was read.
 type soldOutRead struct {
@@ -38,10 +42,12 @@ type soldOutRead struct {
 	err  error
 }
 
-// soldOutReadMax bounds the keys one read takes; soldOutLinger is how long
-// a read waits for more orders under a flood.
+// soldOutReadMax bounds the keys one read takes; soldOutReaders bounds the
+// reads of one SKU at once; soldOutLinger is how long a read waits for more
+// orders under a flood.
 const (
-	soldOutReadMax = 256
+	soldOutReadMax = 128
+	soldOutReaders = 4
 	soldOutLinger  = time.Millisecond
 )
 
@@ -57,8 +63,9 @@ func newSoldOut(ttl, readTimeout time.Duration) *soldOut {
 // check reads sku's stock row and the order of key (nil for none), as
 // Store.Precheck does. The orders of a SKU that arrive while its read is
 // in flight share the next one (Store.PrecheckKeys, up to soldOutReadMax
-// keys), so a flood costs a fraction of a read per order, and every answer
-// still comes from a read that began after its order arrived. When ctx ends
+// keys; several at once under a flood), so a flood costs a fraction of a
+// read per order, and every answer still comes from a read that began after
+// its order arrived. When ctx ends
 // first it returns an error wrapping ErrUnavailable (the read goes on).
 func (c *soldOut) check(ctx context.Context, store Store, sku string, key BuyerKey) (Stock, *Order, error) {
 	r := &soldOutRead{key: key, done: make(chan struct{})}
@@ -67,11 +74,15 @@ func (c *soldOut) check(ctx context.Context, store Store, sku string, key BuyerK
 	if l == nil {
 		l = &soldOutReads{}
 		c.reads[sku] = l
-		// Ends when no order of sku waits; its reads serve many requests, so
-		// none of theirs may cancel them.
-		go c.readAll(store, sku) //nolint:gosec // G118: shared by the SKU's orders, bounded by readTimeout
 	}
 	l.waiting = append(l.waiting, r)
+	// One reader, and more while a full read's worth waits (a flood), up
+	// to soldOutReaders. Each ends when no order of sku waits; its reads
+	// serve many requests, so none of theirs may cancel them.
+	if l.readers == 0 || len(l.waiting) >= soldOutReadMax && l.readers < soldOutReaders {
+		l.readers++
+		go c.readAll(store, sku) //nolint:gosec // G118: shared by the SKU's orders, bounded by readTimeout
+	}
 	c.mu.Unlock()
 	select {
 	case <-r.done:
@@ -99,7 +110,9 @@ func (c *soldOut) readAll(store Store, sku string) {
 		n := min(len(l.waiting), soldOutReadMax)
 		last = n
 		if n == 0 {
-			delete(c.reads, sku)
+			if l.readers--; l.readers == 0 {
+				delete(c.reads, sku)
+			}
 			c.mu.Unlock()
 			return
 		}
