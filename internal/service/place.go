@@ -79,103 +79,133 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	if span.IsRecording() { // a valid SKU; the buyer and the key stay out of traces
 		span.SetAttributes(attrSKU.String(r.SKU), attrQuantity.Int(r.Quantity))
 	}
-	hash := r.Hash()
 	// What this instance knew of the SKU's restocks before the order came:
 	// a restock after it makes the store refuse the order (restocked.go).
 	admitted := s.seqs.known(r.SKU)
-	// The per-SKU cap first, before any work: past QueueMax requests of this
-	// SKU here, answer at once (the locking strategies; the others have no
-	// line, and MySQL's pool bounds them).
-	if s.usesLock() {
-		if !s.lines.admit(r.SKU, s.cfg.QueueMax) {
-			return Order{}, false, errLineFull(s.cfg.QueueMax)
-		}
-		defer s.lines.release(r.SKU)
-	}
-	// One attempt per key at a time in this instance: a retry whose first
-	// attempt is still in line waits for it, so it is never told "sold out"
-	// while that attempt can still be placed (by a restock, say).
-	done, err := s.flights.begin(ctx, r.Buyer+"\x00"+r.Key)
+	leave, err := s.enter(ctx, r)
 	if err != nil {
 		return Order{}, false, err
 	}
-	defer done()
-	// The pre-check, unless the batch reads for its orders (batchesCheck);
-	// a SKU MySQL said was sold out (the fast path) is pre-checked either
-	// way, its orders' reads combined.
-	if fast := s.soldOut.known(r.SKU); fast || !s.batchesCheck() {
-		// The stock row and the key's order, in one statement (one
-		// snapshot): an order of this key committed before the read is
-		// always seen, so a retry whose first attempt took the last unit
-		// gets its order back, not a 409.
-		st, prev, err := s.precheck(ctx, r, fast)
-		if err != nil {
-			return Order{}, false, err
-		}
-		s.seqs.learn(r.SKU, st.RestockSeq)
-		if prev != nil {
-			return replay(*prev, hash)
-		}
-		// Sold-out traffic must not queue behind the lock.
-		if st.Available < int64(r.Quantity) {
-			s.soldOut.mark(r.SKU)
-			return Order{}, false, ErrSoldOut
-		}
-		s.soldOut.drop(r.SKU) // stock again: a restock not heard of yet
+	defer leave()
+	hash := r.Hash()
+	if o, replayed, answered, err := s.answerFromPrecheck(ctx, r, hash); answered {
+		return o, replayed, err
 	}
-
 	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity, Admitted: &admitted}
+	o, err = s.write(ctx, d)
+	if err != nil {
+		return s.answerRefusal(ctx, r, hash, err)
+	}
+	return o, false, nil
+}
+
+// enter admits the order: the per-SKU cap first, before any work (past
+// QueueMax requests of this SKU here, ErrBusy at once; the locking
+// strategies only: the others have no line, and MySQL's pool bounds them),
+// then one attempt per key at a time in this instance: a retry whose first
+// attempt is still in line waits for it, so it is never told "sold out"
+// while that attempt can still be placed. leave ends both.
+func (s *Service) enter(ctx context.Context, r PlaceRequest) (leave func(), err error) {
+	capped := s.usesLock()
+	if capped && !s.lines.admit(r.SKU, s.cfg.QueueMax) {
+		return nil, errLineFull(s.cfg.QueueMax)
+	}
+	done, err := s.flights.begin(ctx, r.Buyer+"\x00"+r.Key)
+	if err != nil {
+		if capped {
+			s.lines.release(r.SKU)
+		}
+		return nil, err
+	}
+	return func() {
+		done()
+		if capped {
+			s.lines.release(r.SKU)
+		}
+	}, nil
+}
+
+// answerFromPrecheck answers the order from the pre-check read when that
+// decides it (answered): a replay, or sold out, which must not queue behind
+// the lock. The read is skipped when the batch reads for its orders
+// (batchesCheck), unless the SKU is on the sold-out fast path, whose
+// orders' reads are combined. The stock row and the key's order come from
+// one snapshot: an order of this key committed before the read is always
+// seen, so a retry whose first attempt took the last unit gets its order
+// back, not a 409.
+func (s *Service) answerFromPrecheck(ctx context.Context, r PlaceRequest, hash string) (o Order, replayed, answered bool, err error) {
+	fast := s.soldOut.known(r.SKU)
+	if !fast && s.batchesCheck() {
+		return Order{}, false, false, nil
+	}
+	st, prev, err := s.precheck(ctx, r, fast)
+	if err != nil {
+		return Order{}, false, true, err
+	}
+	s.seqs.learn(r.SKU, st.RestockSeq)
+	if prev != nil {
+		o, replayed, err := replay(*prev, hash)
+		return o, replayed, true, err
+	}
+	if st.Available < int64(r.Quantity) {
+		s.soldOut.mark(r.SKU)
+		return Order{}, false, true, ErrSoldOut
+	}
+	s.soldOut.drop(r.SKU) // stock again: a restock not heard of yet
+	return Order{}, false, false, nil
+}
+
+// write places d by the strategy's write path.
+func (s *Service) write(ctx context.Context, d Deduction) (Order, error) {
 	switch s.cfg.Strategy {
 	case StrategyNone, StrategyForUpdate:
 		d.Write = s.info.Write
-		o, err = s.deductNow(ctx, d)
+		return s.deductNow(ctx, d)
 	case StrategyVersion, StrategyConditional:
 		d.Write = s.info.Write
-		o, err = s.placeRetrying(ctx, d)
+		return s.placeRetrying(ctx, d)
 	case StrategyLockVersion:
 		if s.cfg.BatchMax > 1 {
-			o, err = s.placeCombined(ctx, d)
-			break
+			return s.placeCombined(ctx, d)
 		}
-		o, err = s.placeAlone(ctx, d)
+		return s.placeAlone(ctx, d)
 	case StrategyLock:
-		o, err = s.placeUnderLock(ctx, d)
-	default:
-		return Order{}, false, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
+		return s.placeUnderLock(ctx, d)
 	}
+	return Order{}, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
+}
+
+// answerRefusal answers a write that failed. A duplicate key means a
+// concurrent request with the same key won the insert; sold out, over the
+// limit or restocked since the order came may mean an earlier attempt of
+// this key took the last unit or allowance and committed while this one
+// waited, or before it (the batch path has no pre-check). So the key is
+// looked up, with a bound of its own (the write's may have run out while
+// the order waited in line): its order is the answer if it has one.
+func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string, err error) (Order, bool, error) {
 	var restocked *RestockedError
 	if errors.As(err, &restocked) {
 		s.seqs.learn(r.SKU, restocked.Seq)
 	}
-	if restocked != nil || errors.Is(err, ErrDuplicateKey) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrLimitExceeded) {
-		// A concurrent request with the same key won the insert, or (sold
-		// out, over the limit, restocked since it came) an earlier attempt
-		// of this key may have taken the last unit or allowance and
-		// committed while this one waited, or before it (the batch path has
-		// no pre-check). The lookup has a
-		// bound of its own: the write's may have run out while this request
-		// waited in line.
-		lctx, cancel := s.writeCtx(ctx)
-		defer cancel()
-		existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)
-		switch {
-		case ferr == nil:
-			return replay(existing, hash)
-		case errors.Is(err, ErrSoldOut) && errors.Is(ferr, ErrOrderNotFound):
-			s.soldOut.mark(r.SKU)
-			return Order{}, false, ErrSoldOut
-		case (restocked != nil || errors.Is(err, ErrLimitExceeded)) && errors.Is(ferr, ErrOrderNotFound):
-			return Order{}, false, err
-		case errors.Is(ferr, ErrOrderNotFound):
-			// The key's other order was rolled back after all: retryable.
-			return Order{}, false, fmt.Errorf("%w: a concurrent request with this key did not finish", ErrBusy)
-		}
-		return Order{}, false, ferr
-	}
-	if err != nil {
+	if restocked == nil && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrLimitExceeded) {
 		return Order{}, false, err
 	}
-	return o, false, nil
+	lctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)
+	switch {
+	case ferr == nil:
+		return replay(existing, hash)
+	case !errors.Is(ferr, ErrOrderNotFound):
+		return Order{}, false, ferr
+	case errors.Is(err, ErrSoldOut):
+		s.soldOut.mark(r.SKU)
+		return Order{}, false, ErrSoldOut
+	case restocked != nil || errors.Is(err, ErrLimitExceeded):
+		return Order{}, false, err
+	}
+	// The key's other order was rolled back after all: retryable.
+	return Order{}, false, fmt.Errorf("%w: a concurrent request with this key did not finish", ErrBusy)
 }
 
 // precheck reads the SKU's stock row and the order of the request's key:
