@@ -75,9 +75,9 @@ func (s *Service) placeAlone(ctx context.Context, d Deduction) (Order, error) {
 
 // runBatch places a batch under the SKU lock in one transaction: the
 // batch's keys read first (while replays are coming: replayWatch), then
-// the lock, then the orders that joined the
-// line meanwhile, then the stock read, the inserts, the versioned UPDATE
-// and COMMIT.
+// the lock, then the orders that joined the line meanwhile, then the stock
+// read, the inserts, the versioned UPDATE and COMMIT. Every call of the
+// batch gets its answer (c.done closed) before it returns.
 func (s *Service) runBatch(sku string, batch []*call) {
 	// The batch's span is a child of its first order's, linked to the
 	// others' (and they to it), so each order's trace shows the batch that
@@ -85,71 +85,84 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	bctx, span := s.batchSpan(sku, batch)
 	var failed error // the batch's own error, if any
 	defer func() { endSpan(span, "", failed) }()
-	each := func(f func(c *call) (Order, error)) {
-		var wg sync.WaitGroup
-		for _, c := range batch {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c.o, c.err = f(c)
-				close(c.done)
-			}()
-		}
-		wg.Wait()
-	}
-	fail := func(err error) {
-		failed = err
-		for _, c := range batch {
-			c.err = err
-			close(c.done)
-		}
-	}
 	if s.skipLock() {
 		s.metrics.Batch(len(batch))
-		each(func(c *call) (Order, error) { return s.placeWithoutRedis(c.ctx, c.d, nil) })
+		eachWithoutRedis(s, batch, nil)
 		return
 	}
-
 	keysChecked := false
 	if len(batch) > 1 && s.replays.recent() {
 		if batch, keysChecked = s.answerReplays(bctx, batch); len(batch) == 0 {
 			return
 		}
 	}
-
 	// A batch of many requests waits on its own bounded context (bctx): no
 	// single client's cancellation may stop it. A batch of one waits on its
 	// client's.
-	lctx := bctx
-	h, err := s.takeLock(lctx, sku)
+	h, err := s.takeLock(bctx, sku)
 	var down redisDown
 	switch {
 	case errors.As(err, &down):
-		each(func(c *call) (Order, error) { return s.placeWithoutRedis(c.ctx, c.d, down.err) })
+		eachWithoutRedis(s, batch, down.err)
 		return
 	case err != nil:
-		fail(err)
+		failed = err
+		answerAll(batch, err)
 		return
 	}
-	defer s.releaseLock(lctx, h)
-	// The orders that joined the line while this batch read its keys and
-	// waited for the lock go in too (up to BatchMax): they would otherwise
-	// wait a whole round of the lock for the next batch. Their keys are
-	// unread; the store checks them (DeductBatch).
+	defer s.releaseLock(bctx, h)
 	checked := 0
 	if keysChecked {
 		checked = len(batch)
 	}
-	if n := s.cfg.BatchMax - len(batch); n > 0 {
-		more := s.lines.more(sku, n)
-		linkSpans(span, more)
-		batch = append(batch, more...)
-		if len(more) > 0 && span.IsRecording() {
-			span.SetAttributes(attrBatchSize.Int(len(batch)))
-		}
-	}
+	batch = s.joinLate(sku, batch, span)
 	s.metrics.Batch(len(batch)) // the orders this hold serves (replays answered before it left out)
+	failed = s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
+}
 
+// eachWithoutRedis places every call of the batch on the DB-only path, each
+// on its own goroutine (cause: the lock's error, or nil while it is skipped).
+func eachWithoutRedis(s *Service, batch []*call, cause error) {
+	var wg sync.WaitGroup
+	for _, c := range batch {
+		wg.Go(func() {
+			c.o, c.err = s.placeWithoutRedis(c.ctx, c.d, cause)
+			close(c.done)
+		})
+	}
+	wg.Wait()
+}
+
+// answerAll answers every call of the batch with err.
+func answerAll(batch []*call, err error) {
+	for _, c := range batch {
+		c.err = err
+		close(c.done)
+	}
+}
+
+// joinLate adds the orders that joined the line while the batch read its
+// keys and waited for the lock (up to BatchMax in all): they would
+// otherwise wait a whole round of the lock for the next batch. Their keys
+// are unread; the store checks them (DeductBatch).
+func (s *Service) joinLate(sku string, batch []*call, span trace.Span) []*call {
+	n := s.cfg.BatchMax - len(batch)
+	if n <= 0 {
+		return batch
+	}
+	more := s.lines.more(sku, n)
+	linkSpans(span, more)
+	batch = append(batch, more...)
+	if len(more) > 0 && span.IsRecording() {
+		span.SetAttributes(attrBatchSize.Int(len(batch)))
+	}
+	return batch
+}
+
+// batchOf is the Batch of the calls under hold h, the first checked of
+// them with their keys read already, with the commit-time checks of the
+// hold (and the critical-section hook).
+func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch {
 	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
 		b.Items[i] = BatchItem{Buyer: c.d.Buyer, Key: c.d.Key, RequestHash: c.d.RequestHash, Quantity: c.d.Quantity,
@@ -166,13 +179,20 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		}
 		return nil
 	}
+	return b
+}
+
+// commitBatch writes b, retrying a version conflict in a new transaction up
+// to VersionRetries times, and answers every call; it returns the batch's
+// own error (nil when the store answered per order).
+func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 	// The write's bound starts now, after the wait in line and for the lock.
 	wctx, cancel := context.WithTimeout(s.withSpan(context.Background(), span), s.cfg.WriteTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		tctx, tspan := s.span(wctx, "stock.transaction")
 		if tspan.IsRecording() {
-			tspan.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(sku), attrWrite.String("versioned"),
+			tspan.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(b.SKU), attrWrite.String("versioned"),
 				attrBatchSize.Int(len(batch)), attrAttempt.Int(attempt+1))
 		}
 		orders, errs, err := s.store.DeductBatch(tctx, b)
@@ -185,8 +205,8 @@ func (s *Service) runBatch(sku string, batch []*call) {
 			err = fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, attempt+1)
 		}
 		if err != nil {
-			fail(err)
-			return
+			answerAll(batch, err)
+			return err
 		}
 		replayed := false
 		for i, c := range batch {
@@ -201,7 +221,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		if replayed {
 			s.replays.saw()
 		}
-		return
+		return nil
 	}
 }
 
