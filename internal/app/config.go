@@ -140,31 +140,8 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		JWTAudience:       p.str("STOCK_JWT_AUDIENCE", ""),
 		JWTCacheSize:      p.integer("STOCK_JWT_CACHE_SIZE", 50_000, 0, 1_000_000),
 	}
-	switch v := p.str("STOCK_LOCK_PUBSUB", "auto"); v {
-	case "auto":
-	case "classic":
-		c.LockClassicPubSub = true
-	default:
-		p.fail("STOCK_LOCK_PUBSUB", fmt.Sprintf("%q; want auto or classic", v))
-	}
-	c.LockBackend = p.str("STOCK_LOCK_BACKEND", skulock.BackendRedisson)
-	if !skulock.ValidBackend(c.LockBackend) {
-		p.fail("STOCK_LOCK_BACKEND", fmt.Sprintf("%q; want one of %v", c.LockBackend, skulock.Backends()))
-	}
-	if v := p.str("STOCK_REDLOCK_ADDRS", ""); v != "" {
-		for _, a := range strings.Split(v, ",") {
-			c.RedlockAddrs = append(c.RedlockAddrs, strings.TrimSpace(a))
-		}
-	}
-	if slices.Contains(c.RedlockAddrs, "") {
-		p.fail("STOCK_REDLOCK_ADDRS", "an empty address in the list")
-	} else if n := len(c.RedlockAddrs); c.LockBackend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
-		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
-	}
-	c.RedlockNodeTimeout = p.duration("STOCK_REDLOCK_NODE_TIMEOUT", skulock.DefaultNodeTimeout, time.Millisecond)
-	if c.RedlockNodeTimeout == 0 {
-		p.fail("STOCK_REDLOCK_NODE_TIMEOUT", "must be a duration of at least 1ms")
-	}
+	c.LockClassicPubSub = p.choice("STOCK_LOCK_PUBSUB", "auto", "classic") == "classic"
+	p.lockBackend(&c)
 	if c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecret {
 		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))
 	}
@@ -174,20 +151,24 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	if c.RateBuyerBurst == 0 {
 		c.RateBuyerBurst = c.RateBuyer
 	}
-	switch v := p.str("STOCK_RATE_ON_REDIS_DOWN", "open"); v {
-	case "open":
-		c.RateFailOpen = true
-	case "closed":
-	default:
-		p.fail("STOCK_RATE_ON_REDIS_DOWN", fmt.Sprintf("%q; want open or closed", v))
-	}
-	if v := p.str("STOCK_TRUSTED_PROXIES", ""); v != "" {
-		for _, x := range strings.Split(v, ",") {
-			if x = strings.TrimSpace(x); x != "" {
-				c.TrustedProxies = append(c.TrustedProxies, x)
-			}
+	c.RateFailOpen = p.choice("STOCK_RATE_ON_REDIS_DOWN", "open", "closed") == "open"
+	for _, x := range strings.Split(p.str("STOCK_TRUSTED_PROXIES", ""), ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			c.TrustedProxies = append(c.TrustedProxies, x)
 		}
 	}
+	p.redisAndStrategy(&c)
+	c.RejectOnRedis = p.choice("STOCK_ON_REDIS_DOWN", "db-only", "reject") == "reject"
+	levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+	c.LogLevel = levels[p.choice("STOCK_LOG_LEVEL", "info", "debug", "warn", "error")]
+	c.Tracing, c.ServiceName = p.tracing()
+	c.LogJSON = p.choice("STOCK_LOG_FORMAT", "json", "text") == "json"
+	return c, p.err
+}
+
+// redisAndStrategy checks the Redis settings of c and reads STOCK_STRATEGY,
+// which an unsafe strategy may only name with STOCK_ALLOW_UNSAFE.
+func (p *envParser) redisAndStrategy(c *Config) {
 	if c.RedisTimeout == 0 {
 		p.fail("STOCK_REDIS_TIMEOUT", "must be a duration of at least 1ms")
 	}
@@ -207,34 +188,28 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", strategy))
 	}
 	c.Strategy = strategy
-	switch v := p.str("STOCK_ON_REDIS_DOWN", "db-only"); v {
-	case "db-only":
-	case "reject":
-		c.RejectOnRedis = true
-	default:
-		p.fail("STOCK_ON_REDIS_DOWN", fmt.Sprintf("%q; want db-only or reject", v))
+}
+
+// lockBackend reads STOCK_LOCK_BACKEND and the Redlock settings into c.
+func (p *envParser) lockBackend(c *Config) {
+	c.LockBackend = p.str("STOCK_LOCK_BACKEND", skulock.BackendRedisson)
+	if !skulock.ValidBackend(c.LockBackend) {
+		p.fail("STOCK_LOCK_BACKEND", fmt.Sprintf("%q; want one of %v", c.LockBackend, skulock.Backends()))
 	}
-	switch v := strings.ToLower(p.str("STOCK_LOG_LEVEL", "info")); v {
-	case "debug":
-		c.LogLevel = slog.LevelDebug
-	case "info":
-		c.LogLevel = slog.LevelInfo
-	case "warn":
-		c.LogLevel = slog.LevelWarn
-	case "error":
-		c.LogLevel = slog.LevelError
-	default:
-		p.fail("STOCK_LOG_LEVEL", fmt.Sprintf("%q; want debug, info, warn or error", v))
+	if v := p.str("STOCK_REDLOCK_ADDRS", ""); v != "" {
+		for _, a := range strings.Split(v, ",") {
+			c.RedlockAddrs = append(c.RedlockAddrs, strings.TrimSpace(a))
+		}
 	}
-	c.Tracing, c.ServiceName = p.tracing()
-	switch v := p.str("STOCK_LOG_FORMAT", "json"); v {
-	case "json":
-		c.LogJSON = true
-	case "text":
-	default:
-		p.fail("STOCK_LOG_FORMAT", fmt.Sprintf("%q; want json or text", v))
+	if slices.Contains(c.RedlockAddrs, "") {
+		p.fail("STOCK_REDLOCK_ADDRS", "an empty address in the list")
+	} else if n := len(c.RedlockAddrs); c.LockBackend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
+		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
 	}
-	return c, p.err
+	c.RedlockNodeTimeout = p.duration("STOCK_REDLOCK_NODE_TIMEOUT", skulock.DefaultNodeTimeout, time.Millisecond)
+	if c.RedlockNodeTimeout == 0 {
+		p.fail("STOCK_REDLOCK_NODE_TIMEOUT", "must be a duration of at least 1ms")
+	}
 }
 
 // envParser reads variables, keeping the first error, which names the variable.
@@ -253,6 +228,19 @@ func (p *envParser) str(name, def string) string {
 	if v := p.getenv(name); v != "" {
 		return v
 	}
+	return def
+}
+
+// choice reads name as one of def and others (case-insensitive); any other
+// value fails, naming them, and reads as def.
+func (p *envParser) choice(name, def string, others ...string) string {
+	v := strings.ToLower(p.str(name, def))
+	all := append([]string{def}, others...)
+	if slices.Contains(all, v) {
+		return v
+	}
+	want := strings.Join(all[:len(all)-1], ", ") + " or " + all[len(all)-1]
+	p.fail(name, fmt.Sprintf("%q; want %s", v, want))
 	return def
 }
 
