@@ -21,20 +21,11 @@ import (
 func TestConcurrentMigrationsApplyOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := testserver.Database(t)
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = db.Close() }()
+	dsn, db, p := gooseOnFreshDB(t)
 	// goose creates its version table first, retrying a second apart when
 	// another run creates it at the same moment; that pause would keep the
 	// runs from overlapping, so the table is made before they start, as on a
 	// database that an older build has looked at.
-	p, err := goose.NewProvider(goose.DialectMySQL, db, migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if v, err := p.GetDBVersion(ctx); err != nil || v != 0 {
 		t.Fatalf("GetDBVersion on a fresh database = %d, %v; want 0, nil", v, err)
 	}
@@ -111,16 +102,7 @@ func sqlFiles(t *testing.T) []string {
 func TestMigrationsDownAndUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := testserver.Database(t)
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = db.Close() }()
-	p, err := goose.NewProvider(goose.DialectMySQL, db, migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, p := gooseOnFreshDB(t)
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -136,4 +118,21 @@ func TestMigrationsDownAndUp(t *testing.T) {
 	if v, err := p.GetDBVersion(ctx); err != nil || v != int64(len(sqlFiles(t))) {
 		t.Fatalf("version after up again = %d, %v; want %d", v, err, len(sqlFiles(t)))
 	}
+}
+
+// gooseOnFreshDB returns a fresh database's DSN, a connection to it (closed
+// at the end of the test) and a goose provider of the real migrations on it.
+func gooseOnFreshDB(t *testing.T) (string, *sql.DB, *goose.Provider) {
+	t.Helper()
+	dsn := testserver.Database(t)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := goose.NewProvider(goose.DialectMySQL, db, migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn, db, p
 }
