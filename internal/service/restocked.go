@@ -20,19 +20,22 @@ import "sync"
 // instance read it is told to retry once, and the answer teaches it the
 // sequence.
 type restockSeqs struct {
-	mu sync.Mutex
+	mu sync.RWMutex // every order reads; only a restock writes
 	m  map[string]int64
 }
 
 // known returns the largest sequence of sku read so far (0 if none).
 func (r *restockSeqs) known(sku string) int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	return r.m[sku]
 }
 
 // learn records a sequence of sku read from the store.
 func (r *restockSeqs) learn(sku string, seq int64) {
+	if r.known(sku) >= seq { // the usual case: nothing new, no write lock
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if seq > r.m[sku] {
