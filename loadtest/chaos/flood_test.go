@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,6 +46,7 @@ type floodResult struct {
 	Dialed   int            `json:"dialed"`
 	DialErrs int            `json:"dial_errors"`
 	Statuses map[string]int `json:"statuses"` // "201", "429 busy", "no-response", ...
+	Failures map[string]int `json:"failures"` // the no-responses by error, e.g. "read: connection reset by peer"
 	Slowest  float64        `json:"slowest_seconds"`
 }
 
@@ -109,7 +112,7 @@ func flood(t *testing.T, row *Row) {
 	}
 	took := time.Since(t0)
 
-	statuses := map[string]int{}
+	statuses, failures := map[string]int{}, map[string]int{}
 	answered, dialed, created, slowest := 0, 0, 0, 0.0
 	var rss []string
 	var over []string
@@ -124,6 +127,9 @@ func flood(t *testing.T, row *Row) {
 			if s == "201" {
 				created += k
 			}
+		}
+		for f, k := range res.Failures {
+			failures[f] += k
 		}
 		peak := r.fleet.Instances[i].PeakRSS()
 		rss = append(rss, fmt.Sprintf("%d MiB", peak>>20))
@@ -147,7 +153,7 @@ func flood(t *testing.T, row *Row) {
 		t.Errorf("flood: %d of %d connections opened", dialed, total)
 	}
 	if answered != dialed {
-		t.Errorf("flood: %d of %d requests answered (%v); want every one", answered, dialed, statuses)
+		t.Errorf("flood: %d of %d requests answered (%v; unanswered: %v); want every one", answered, dialed, statuses, failures)
 	}
 	if len(over) > 0 {
 		t.Errorf("flood: peak RSS %s; want under 200 MiB each", strings.Join(over, ", "))
@@ -288,7 +294,7 @@ func floodChild(spec string) int {
 	dialer := &net.Dialer{Timeout: 60 * time.Second}
 	var (
 		mu   sync.Mutex
-		res  = floodResult{Statuses: map[string]int{}}
+		res  = floodResult{Statuses: map[string]int{}, Failures: map[string]int{}}
 		wg   sync.WaitGroup
 		open sync.WaitGroup
 		fire = make(chan struct{})
@@ -298,6 +304,12 @@ func floodChild(spec string) int {
 		res.Statuses[status]++
 		res.Slowest = max(res.Slowest, d.Seconds())
 		mu.Unlock()
+	}
+	failed := func(step string, err error, d time.Duration) {
+		mu.Lock()
+		res.Failures[step+": "+errorKind(err)]++
+		mu.Unlock()
+		tally("no-response", d)
 	}
 	for i := range job.N {
 		wg.Add(1)
@@ -321,12 +333,12 @@ func floodChild(spec string) int {
 			t0 := time.Now()
 			_ = c.SetDeadline(t0.Add(90 * time.Second))
 			if _, err := c.Write(reqs[i]); err != nil {
-				tally("no-response", time.Since(t0))
+				failed("write", err, time.Since(t0))
 				return
 			}
 			resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
 			if err != nil {
-				tally("no-response", time.Since(t0))
+				failed("read", err, time.Since(t0))
 				return
 			}
 			status := strconv.Itoa(resp.StatusCode)
@@ -363,4 +375,20 @@ func floodChild(spec string) int {
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
 	return 0
+}
+
+// errorKind names what ended a flood connection unanswered, without the
+// addresses that make each error's text unique.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "closed unanswered"
+	}
+	return err.Error()
 }
