@@ -256,12 +256,13 @@ func count(rs []reply) map[int]int {
 // happened within timeout, and may be called from a server goroutine.
 func (d *db) stockUpdateWaits(t testing.TB) func(timeout time.Duration) bool {
 	t.Helper()
-	return d.statementWaits(t, "UPDATE `stock`")
+	return d.statementWaits(t, "UPDATE `?stock`? SET")
 }
 
-// statementWaits is stockUpdateWaits for any statement that starts with
-// prefix (as MySQL's process list shows it).
-func (d *db) statementWaits(t testing.TB, prefix string) func(timeout time.Duration) bool {
+// statementWaits is stockUpdateWaits for any query that matches the
+// regular expression re (as MySQL's process list shows it: a
+// multi-statement shows whole).
+func (d *db) statementWaits(t testing.TB, re string) func(timeout time.Duration) bool {
 	t.Helper()
 	sqlDB := openSQL(t, d.dsn)
 	return func(timeout time.Duration) bool {
@@ -269,7 +270,7 @@ func (d *db) statementWaits(t testing.TB, prefix string) func(timeout time.Durat
 			var n int
 			err := sqlDB.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM information_schema.processlist
 				WHERE db = DATABASE() AND command = 'Query' AND id <> CONNECTION_ID() AND time_ms >= 100
-				AND info LIKE CONCAT(?, '%')`, prefix).Scan(&n)
+				AND info REGEXP ?`, re).Scan(&n)
 			if err != nil {
 				t.Errorf("process list: %v", err)
 				return false

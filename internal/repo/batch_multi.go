@@ -15,15 +15,12 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-// The batch in three round trips. deductBatchFast sends six statements on
-// its transaction (BEGIN, the stock read, two INSERTs, the UPDATE, COMMIT),
-// each a round trip paid while the SKU lock is held. deductBatchMulti sends
-// the same work as:
+// writeMulti is the multi-statement writer: the batch in three round trips
+// where the transaction writer takes six (BEGIN, the stock read, two
+// INSERTs, the UPDATE, COMMIT), each paid while the SKU lock is held:
 //
 //  1. the stock read, on its own (the versioned UPDATE checks later that the
-//     row has not moved since); with byIndex false, beside the read of the
-//     unchecked keys (with byIndex true the unique index checks them: see
-//     DeductBatch);
+//     row has not moved since), then the unchecked keys if readKeys;
 //  2. one multi-statement: START TRANSACTION, the orders' INSERT, the ledger's
 //     INSERT (its order ids are LAST_INSERT_ID() + i: the server numbers one
 //     statement's rows consecutively, see Store.consecutiveIDs) and the
@@ -33,68 +30,73 @@ import (
 //
 // It runs on a pool of its own whose connections allow several statements
 // per query (the driver's multiStatements): every query sent on it is built
-// here from constant SQL and driver-escaped arguments. A batch with a
-// per-buyer limit (an upsert per order), or on a server that does not number
-// a statement's rows consecutively, takes deductBatchFast (for the limit,
-// with the stock row read here, and its keys read before any limit is
-// counted, so that a replay is answered as one).
-func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex bool) ([]service.Order, []error, error) {
-	// The key read (takenKeys) takes its connection before this batch's.
-	// With byIndex nothing is read for a SKU without a per-buyer limit.
-	read := &keyRead{ctx: ctx, taken: map[service.BuyerKey]bool{}}
-	readKeys := func() (err error) {
-		read, err = s.takenKeys(ctx, b.Items)
-		return err
-	}
-	if !byIndex {
-		if err := readKeys(); err != nil {
-			return nil, nil, err
-		}
-	}
-	defer func() { read.done() }()
+// here from constant SQL and driver-escaped arguments. A SKU with a
+// per-buyer limit (an upsert per order) goes to the transaction writer, with
+// the stock row read here.
+func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) ([]service.Order, []error, error) {
 	conn, err := s.multi.Conn(ctx)
 	if err != nil {
 		return nil, nil, translate(ctx, "deduct batch", err)
 	}
 	defer func() { _ = conn.Close() }()
-
-	var cur stockModel
-	err = conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, restock_seq FROM stock WHERE sku = ?", b.SKU).
-		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.RestockSeq)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return nil, nil, service.ErrUnknownSKU
-	case err != nil:
-		return nil, nil, translate(ctx, "read stock", err)
-	case cur.PerBuyerLimit > 0: // an upsert per order: the gorm transaction, with the stock read here
+	cur, err := readStockRow(ctx, conn, b.SKU)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cur.PerBuyerLimit > 0 {
 		_ = conn.Close() // not held beside the transaction's connection
-		if byIndex {
-			// A replay must be answered as one before its limit is
-			// counted: the keys are read first here.
-			if err := readKeys(); err != nil {
-				return nil, nil, err
-			}
-		}
-		return s.deductBatchRead(ctx, b, read, &cur)
+		return s.writeTx(ctx, b, readKeys, &cur)
 	}
 	if s.afterStockRead != nil {
 		s.afterStockRead()
 	}
-	taken, err := read.wait()
-	if err != nil {
-		return nil, nil, err
+	var ids map[service.BuyerKey]int64
+	if readKeys {
+		if ids, err = orderIDsOfKeys(ctx, conn, uncheckedKeys(b.Items)); err != nil {
+			return nil, nil, err
+		}
 	}
-	errs := make([]error, len(b.Items))
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	rows, placed, total, _ := fillBatch(b, cur, taken, now, errs, func(service.BatchItem) error { return nil })
+	plan, _ := service.PlanBatch(cur.batchRow(), b.Items, hasKey(ids), nil) // no allow: no error
 	orders := make([]service.Order, len(b.Items))
-	if total == 0 {
-		return orders, errs, nil
+	if plan.Total == 0 {
+		return orders, plan.Errs, nil
 	}
-
-	q, args, err := batchStatements(b.SKU, rows, cur.Version, total, now)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	rows := orderRows(b, plan, now)
+	first, err := s.commitMulti(ctx, conn, b, rows, cur.Version, plan.Total, now)
 	if err != nil {
 		return nil, nil, err
+	}
+	for j, i := range plan.Placed {
+		rows[j].ID = first + int64(j)
+		orders[i] = rows[j].order()
+	}
+	return orders, plan.Errs, nil
+}
+
+// readStockRow reads the SKU's stock row on conn, or returns
+// service.ErrUnknownSKU.
+func readStockRow(ctx context.Context, conn *sql.Conn, sku string) (stockModel, error) {
+	var cur stockModel
+	err := conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, restock_seq FROM stock WHERE sku = ?", sku).
+		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.RestockSeq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return cur, service.ErrUnknownSKU
+	case err != nil:
+		return cur, translate(ctx, "read stock", err)
+	}
+	return cur, nil
+}
+
+// commitMulti sends rows' multi-statement on conn, runs b.BeforeCommit and
+// commits. It returns the first order's id (the rest follow it), or
+// errKeyRace, service.ErrConflict, BeforeCommit's error or one wrapping
+// service.ErrUnavailable, with the transaction rolled back.
+func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch, rows []orderModel, version, total int64, now time.Time) (int64, error) {
+	q, args, err := batchStatements(b.SKU, rows, version, total, now)
+	if err != nil {
+		return 0, err
 	}
 	// From START TRANSACTION to COMMIT, any way out (an error, a panic in
 	// BeforeCommit) rolls back: the connection never goes back to the pool
@@ -105,8 +107,37 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex b
 			rollback(ctx, conn)
 		}
 	}()
+	res, err := execMulti(ctx, conn, q, args)
+	if isDupEntry(err) {
+		return 0, errKeyRace
+	}
+	if err != nil {
+		return 0, translate(ctx, "write batch", err)
+	}
+	ids, affected := res.AllLastInsertIds(), res.AllRowsAffected()
+	switch {
+	case len(ids) != 4 || len(affected) != 4 || affected[1] != int64(len(rows)):
+		return 0, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
+	case affected[3] == 0:
+		return 0, service.ErrConflict
+	}
+	if b.BeforeCommit != nil {
+		if err := b.BeforeCommit(); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return 0, translate(ctx, "commit", err)
+	}
+	open = false
+	return ids[1], nil
+}
+
+// execMulti sends a multi-statement to the driver itself, whose result
+// gives each statement's ids and rows.
+func execMulti(ctx context.Context, conn *sql.Conn, q string, args []driver.NamedValue) (mysql.Result, error) {
 	var res mysql.Result
-	err = conn.Raw(func(dc any) error {
+	err := conn.Raw(func(dc any) error {
 		r, err := dc.(driver.ExecerContext).ExecContext(ctx, q, args)
 		if err != nil {
 			return err
@@ -117,33 +148,7 @@ func (s *Store) deductBatchMulti(ctx context.Context, b service.Batch, byIndex b
 		}
 		return nil
 	})
-	if err != nil {
-		if isDupEntry(err) {
-			return nil, nil, errKeyRace
-		}
-		return nil, nil, translate(ctx, "write batch", err)
-	}
-	ids, affected := res.AllLastInsertIds(), res.AllRowsAffected()
-	switch {
-	case len(ids) != 4 || len(affected) != 4 || affected[1] != int64(len(rows)):
-		return nil, nil, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
-	case affected[3] == 0:
-		return nil, nil, service.ErrConflict
-	}
-	if b.BeforeCommit != nil {
-		if err := b.BeforeCommit(); err != nil {
-			return nil, nil, err
-		}
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return nil, nil, translate(ctx, "commit", err)
-	}
-	open = false
-	for j, i := range placed {
-		rows[j].ID = ids[1] + int64(j)
-		orders[i] = rows[j].order()
-	}
-	return orders, errs, nil
+	return res, err
 }
 
 // batchStatements is the batch's multi-statement: START TRANSACTION, the

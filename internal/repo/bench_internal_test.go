@@ -2,7 +2,6 @@ package repo
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,8 +27,7 @@ func BenchmarkBatch(b *testing.B) {
 		name  string
 		place func(service.Batch) error
 	}{
-		{"gorm", func(bt service.Batch) error { s.multi, s.leanInserts = nil, false; return deductAll(ctx, s, bt) }},
-		{"gorm-lean-inserts", func(bt service.Batch) error { s.multi, s.leanInserts = nil, true; return deductAll(ctx, s, bt) }},
+		{"transaction", func(bt service.Batch) error { s.multi = nil; return deductAll(ctx, s, bt) }},
 		{"multi-statement", func(bt service.Batch) error { s.multi = multi; return deductAll(ctx, s, bt) }},
 		// The batch's keys read first (KeysTaken), as the service does
 		// before the lock while replays are coming: the read's cost beside
@@ -164,33 +162,7 @@ func deductAll(ctx context.Context, s *Store, bt service.Batch) error {
 	return nil
 }
 
-// takenSQL is the (buyer, key) pairs of keys that already have an order,
-// read as ordersOfKeys does. The rows are closed before it returns, on
-// every path, so the transaction's connection is free for the next
-// statement.
-func takenSQL(ctx context.Context, tx *sql.Tx, keys []service.BuyerKey) (map[service.BuyerKey]bool, error) {
-	in := strings.TrimSuffix(strings.Repeat("(?,?),", len(keys)), ",")
-	args := make([]any, 0, 2*len(keys))
-	for _, k := range keys {
-		args = append(args, k.Buyer, k.Key)
-	}
-	rows, err := tx.QueryContext(ctx, "SELECT buyer, idempotency_key FROM orders WHERE (buyer, idempotency_key) IN ("+in+")", args...) //nolint:gosec // G202: only "?" placeholders are concatenated; the values are arguments
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	taken := map[service.BuyerKey]bool{}
-	for rows.Next() {
-		var k service.BuyerKey
-		if err := rows.Scan(&k.Buyer, &k.Key); err != nil {
-			return nil, err
-		}
-		taken[k] = true
-	}
-	return taken, rows.Err()
-}
-
-// batchSQL is deductBatchFast's statements for a batch without a per-buyer
+// batchSQL is the transaction writer's statements for a batch without a per-buyer
 // limit, in plain database/sql: the stock row, the batch's existing keys,
 // one multi-row INSERT of the orders, one of the ledger, the versioned
 // UPDATE, COMMIT.
@@ -208,7 +180,7 @@ func batchSQL(ctx context.Context, s *Store, b service.Batch) error {
 	for i, it := range b.Items {
 		keys[i] = service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
 	}
-	taken, err := takenSQL(ctx, tx, keys)
+	taken, err := orderIDsOfKeys(ctx, tx, keys)
 	if err != nil {
 		return err
 	}
@@ -217,7 +189,7 @@ func batchSQL(ctx context.Context, s *Store, b service.Batch) error {
 	var args []any
 	total := int64(0)
 	for _, it := range b.Items {
-		if taken[service.BuyerKey{Buyer: it.Buyer, Key: it.Key}] || total+int64(it.Quantity) > available {
+		if _, ok := taken[service.BuyerKey{Buyer: it.Buyer, Key: it.Key}]; ok || total+int64(it.Quantity) > available {
 			return fmt.Errorf("batchSQL: item %s not placeable", it.Key)
 		}
 		if ins.Len() > 0 {

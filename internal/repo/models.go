@@ -28,6 +28,10 @@ func (r stockModel) stock() service.Stock {
 		RestockSeq: r.RestockSeq}
 }
 
+func (r stockModel) batchRow() service.BatchRow {
+	return service.BatchRow{Available: r.Available, PerBuyerLimit: r.PerBuyerLimit, RestockSeq: r.RestockSeq}
+}
+
 // orderModel is a row of orders.
 type orderModel struct {
 	ID             int64 `gorm:"primaryKey;autoIncrement"`

@@ -181,14 +181,6 @@ func takeAllowance(tx *gorm.DB, buyer, sku string, q, limit int64, plain bool) e
 	return &service.LimitError{Limit: limit, Held: h, Requested: q}
 }
 
-// giveBack returns q units of buyer's allowance of sku (an order that took
-// it was not placed after all).
-func giveBack(tx *gorm.DB, buyer, sku string, q int64) error {
-	err := tx.Model(&purchaseModel{}).Where("buyer = ? AND sku = ?", buyer, sku).
-		Update("quantity", gorm.Expr("quantity - ?", q)).Error
-	return translate(tx.Statement.Context, "give back allowance", err)
-}
-
 // sale returns the UPDATE of a sale of q units: available down, sold up,
 // version bumped.
 func sale(q int64, now time.Time) map[string]any {

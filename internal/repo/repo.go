@@ -39,15 +39,10 @@ type Store struct {
 	// consecutive ones within a statement, and Galera or a multi-primary
 	// group sets the increment above 1: then the ids are read back.
 	consecutiveIDs bool
-	// leanInserts: the batch's two multi-row INSERTs are built here rather
-	// than by gorm's Create (see insertOrders); on, since BenchmarkBatch
-	// measured gorm's Create adding about 12% to this process's CPU per
-	// batch of 64.
-	leanInserts bool
 	// maxQuantity is Options.MaxQuantity.
 	maxQuantity int64
 	// multi is the pool of the batch's multi-statement (batch_multi.go),
-	// used when consecutiveIDs; nil: the batch takes deductBatchFast.
+	// used when consecutiveIDs; nil: batches take the transaction writer.
 	multi *sql.DB
 	// afterStockRead, if set (tests), runs between the multi-statement
 	// batch's stock read and its writes.
@@ -134,7 +129,6 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 		return nil, translate(ctx, "read auto-increment settings", err)
 	}
 	s.consecutiveIDs = mode <= 1 && step == 1
-	s.leanInserts = true
 	if s.consecutiveIDs {
 		// The same settings, plus several statements per query: only the
 		// batch's own statements (batch_multi.go) are sent on this pool.

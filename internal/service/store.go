@@ -195,11 +195,10 @@ type Store interface {
 	// a *LimitError, a *RestockedError, ErrUnknownSKU, ErrConflict,
 	// ErrDuplicateKey, ErrUnavailable, or the error of BeforeCommit.
 	Deduct(ctx context.Context, d Deduction) (Order, error)
-	// DeductBatch places the batch's orders in one transaction, filled in
-	// order while stock lasts, ending with one versioned UPDATE. Per item it
+	// DeductBatch places the batch's orders in one transaction, as
+	// PlanBatch plans them, ending with one versioned UPDATE. Per item it
 	// returns the order, or ErrSoldOut, a *LimitError, a *RestockedError or
-	// ErrDuplicateKey for that item. Its
-	// error (ErrConflict, ErrUnknownSKU, ErrUnavailable, or BeforeCommit's)
-	// means nothing was written.
+	// ErrDuplicateKey for that item. Its error (ErrConflict, ErrUnknownSKU,
+	// ErrBusy, ErrUnavailable, or BeforeCommit's) means nothing was written.
 	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)
 }

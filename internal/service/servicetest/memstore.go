@@ -615,23 +615,63 @@ func sale(q int64) func(st *memStock) {
 	return func(st *memStock) { st.Available, st.Sold, st.Version = st.Available-q, st.Sold+q, st.Version+1 }
 }
 
-// DeductBatch places the batch's orders in one transaction, filled in
-// order while stock lasts (an item that does not fit is sold out; a later,
-// smaller one may still fit), ending with one versioned write of the total.
-// Per item it returns the order, or service.ErrSoldOut, a
-// *service.LimitError or service.ErrDuplicateKey (a key with an order, or
-// earlier in the batch). An item is checked for stock first, then, in a
-// batch of several, for its key before the limit, and in a batch of one for
-// the limit before its key, as the MySQL store does. A batch that places
-// nothing writes nothing and does not run BeforeCommit. Its error
-// (service.ErrConflict, service.ErrUnknownSKU, an error wrapping
-// service.ErrUnavailable, a hook's error, or that of b.BeforeCommit) means
-// nothing was written.
+// DeductBatch places the batch's orders in one transaction, as
+// service.PlanBatch plans them, ending with one versioned write of the
+// total. Per item it returns the order, or service.ErrSoldOut, a
+// *service.LimitError, a *service.RestockedError or
+// service.ErrDuplicateKey. A batch that places nothing writes nothing and
+// does not run BeforeCommit. Its error (service.ErrConflict,
+// service.ErrUnknownSKU, an error wrapping service.ErrUnavailable, a hook's
+// error, or that of b.BeforeCommit) means nothing was written.
 func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	if err := ctxErr(ctx, "deduct batch"); err != nil {
 		return nil, nil, err
 	}
+	if err := m.countBatch(b); err != nil {
+		return nil, nil, err
+	}
+	snap, err := m.read(b.SKU)
+	if err != nil {
+		return nil, nil, err
+	}
+	row := m.rowLock(b.SKU)
+	defer row.Unlock()
 	m.mu.Lock()
+	s := &staged{sku: b.SKU, purchases: make(map[buyerSKU]int64)}
+	plan, _ := service.PlanBatch(service.BatchRow{Available: snap.Available, PerBuyerLimit: snap.PerBuyerLimit, RestockSeq: snap.RestockSeq},
+		b.Items, func(k service.BuyerKey) bool { return m.taken(k.Buyer, k.Key) }, m.allowFor(s, b.SKU, snap.PerBuyerLimit))
+	orders := make([]service.Order, len(b.Items))
+	if plan.Total == 0 {
+		m.mu.Unlock()
+		return orders, plan.Errs, nil
+	}
+	if cur := m.stock[b.SKU]; cur.Version != snap.Version || cur.Available < plan.Total {
+		m.mu.Unlock()
+		return nil, nil, service.ErrConflict
+	}
+	at := now()
+	for _, i := range plan.Placed {
+		it, fence := b.Items[i], b.Fence
+		s.orders = append(s.orders, service.Order{Buyer: it.Buyer, Key: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
+			Quantity: it.Quantity, Fence: &fence, CreatedAt: at})
+	}
+	s.apply = sale(plan.Total)
+	m.stage(s)
+	m.mu.Unlock()
+	if err := m.finish(s, b.BeforeCommit); err != nil {
+		return nil, nil, err
+	}
+	for j, i := range plan.Placed {
+		orders[i] = cloneOrder(s.orders[j])
+	}
+	return orders, plan.Errs, nil
+}
+
+// countBatch records the batch in the stats and returns an injected
+// failure, if one is due.
+func (m *MemStore) countBatch(b service.Batch) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.stats.BatchSizes = append(m.stats.BatchSizes, len(b.Items))
 	checked := 0
 	for _, it := range b.Items {
@@ -640,84 +680,27 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 		}
 	}
 	m.stats.KeysChecked = append(m.stats.KeysChecked, checked)
-	err := m.injected(true)
-	m.mu.Unlock()
-	if err != nil {
-		return nil, nil, err
-	}
-	snap, err := m.read(b.SKU)
-	if err != nil {
-		return nil, nil, err
-	}
+	return m.injected(true)
+}
 
-	row := m.rowLock(b.SKU)
-	defer row.Unlock()
-	m.mu.Lock()
-	orders, errs := make([]service.Order, len(b.Items)), make([]error, len(b.Items))
-	s := &staged{sku: b.SKU, purchases: make(map[buyerSKU]int64)}
-	inBatch := make(map[service.BuyerKey]bool)
-	var placed []int
-	left, total := snap.Available, int64(0)
-	at := now()
-	for i, it := range b.Items {
-		q := int64(it.Quantity)
-		k := service.BuyerKey{Buyer: it.Buyer, Key: it.Key}
-		dup := m.taken(it.Buyer, it.Key) || inBatch[k]
-		if err := service.Restocked(it.Admitted, snap.RestockSeq); err != nil {
-			errs[i] = err
-			continue
-		}
-		if q > left {
-			errs[i] = service.ErrSoldOut
-			continue
-		}
-		if dup && len(b.Items) > 1 {
-			errs[i] = service.ErrDuplicateKey
-			continue
-		}
-		pk := buyerSKU{it.Buyer, b.SKU}
-		h, counted := s.purchases[pk]
-		if !counted {
-			h = m.purchases[pk]
-		}
-		h, err := allowance(h, q, snap.PerBuyerLimit)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		if dup {
-			errs[i] = service.ErrDuplicateKey
-			continue
-		}
-		if snap.PerBuyerLimit > 0 {
-			s.purchases[pk] = h
-		}
-		inBatch[k] = true
-		left -= q
-		total += q
-		placed = append(placed, i)
-		fence := b.Fence
-		s.orders = append(s.orders, service.Order{Buyer: it.Buyer, Key: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
-			Quantity: it.Quantity, Fence: &fence, CreatedAt: at})
+// allowFor is the batch's allowance taker for service.PlanBatch, staging
+// the new holdings in s (nil: no limit). The caller holds m.mu.
+func (m *MemStore) allowFor(s *staged, sku string, limit int64) func(service.BatchItem) error {
+	if limit <= 0 {
+		return nil
 	}
-	if total == 0 {
-		m.mu.Unlock()
-		return orders, errs, nil
+	return func(it service.BatchItem) error {
+		k := buyerSKU{it.Buyer, sku}
+		h, staged := s.purchases[k]
+		if !staged {
+			h = m.purchases[k]
+		}
+		h, err := allowance(h, int64(it.Quantity), limit)
+		if err == nil {
+			s.purchases[k] = h
+		}
+		return err
 	}
-	if cur := m.stock[b.SKU]; cur.Version != snap.Version || cur.Available < total {
-		m.mu.Unlock()
-		return nil, nil, service.ErrConflict
-	}
-	s.apply = sale(total)
-	m.stage(s)
-	m.mu.Unlock()
-	if err := m.finish(s, b.BeforeCommit); err != nil {
-		return nil, nil, err
-	}
-	for j, i := range placed {
-		orders[i] = cloneOrder(s.orders[j])
-	}
-	return orders, errs, nil
 }
 
 func clonePtr(p *int64) *int64 {
