@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,26 @@ func TestPublicKeyFile(t *testing.T) {
 	}
 	if _, err := app.TokenVerifier(app.Config{JWTPublicKeyFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_PUBLIC_KEY_FILE") {
 		t.Fatalf("missing key file = %v; want an error naming STOCK_JWT_PUBLIC_KEY_FILE", err)
+	}
+}
+
+// `stock version` prints the newest version heading of CHANGELOG.md,
+// whatever the environment.
+func TestVersionMatchesTheChangelog(t *testing.T) {
+	log, err := os.ReadFile("../../CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## v(\d+\.\d+\.\d+)\b`).FindSubmatch(log)
+	if m == nil {
+		t.Fatal("CHANGELOG.md has no version heading (## vX.Y.Z)")
+	}
+	want := "stock " + string(m[1]) + "\n"
+	bad := env(map[string]string{"STOCK_STRATEGY": "nonsense"})
+	for _, arg := range []string{"version", "--version"} {
+		var out strings.Builder
+		if err := run(context.Background(), []string{"stock", arg}, bad, &out, io.Discard); err != nil || out.String() != want {
+			t.Errorf("stock %s = %v, printed %q; want %q", arg, err, out.String(), want)
+		}
 	}
 }

@@ -28,10 +28,15 @@ import (
 // maxHeaderBytes is the limit on a request's headers, all included.
 const maxHeaderBytes = 16 << 10
 
-const usage = `usage: stock [serve|migrate|token --buyer ID [--ttl 1h]]
+// version is the release this binary is built from: the newest version
+// heading of CHANGELOG.md (a test keeps the two equal).
+const version = "0.1.0"
+
+const usage = `usage: stock [serve|migrate|version|token --buyer ID [--ttl 1h]]
 
   serve     run the HTTP API (the default)
   migrate   create the database if needed and apply the migrations
+  version   print the version (also --version)
   token     print a buyer's bearer token signed with STOCK_JWT_SECRET (for
             local use and load tests; production tokens come from your
             identity provider)
@@ -47,6 +52,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch cmd {
 	case "help", "-h", "-help", "--help":
 		_, err := fmt.Fprintln(stdout, usage)
+		return err
+	case "version", "--version", "-version":
+		_, err := fmt.Fprintln(stdout, "stock", version)
 		return err
 	case "serve", "migrate":
 	case "token":

@@ -237,11 +237,11 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		Propagator:     propagator,
 	}
 	if cfg.RateIP > 0 {
-		hcfg.Limiter = newIPLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
+		hcfg.Limiter = newRedisLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
 		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen])
 	}
 	if cfg.RateBuyer > 0 {
-		hcfg.BuyerLimiter = newIPLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen, m)
+		hcfg.BuyerLimiter = newRedisLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen, m)
 		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
 	}
 	return hcfg

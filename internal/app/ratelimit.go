@@ -11,10 +11,10 @@ import (
 	"github.com/seckill/stock/internal/metrics"
 )
 
-// ipLimiter is the handler's RateLimiter on go-redis/redis_rate (GCRA in
+// redisLimiter is the handler's RateLimiter on go-redis/redis_rate (GCRA in
 // Redis, so every instance shares one budget per key: a client IP, or a
 // buyer).
-type ipLimiter struct {
+type redisLimiter struct {
 	name     string
 	l        *redis_rate.Limiter
 	limit    redis_rate.Limit
@@ -24,8 +24,8 @@ type ipLimiter struct {
 	policy   string
 }
 
-func newIPLimiter(rdb redis.UniversalClient, name, prefix string, perSec, burst int, failOpen bool, m *metrics.Metrics) *ipLimiter {
-	return &ipLimiter{
+func newRedisLimiter(rdb redis.UniversalClient, name, prefix string, perSec, burst int, failOpen bool, m *metrics.Metrics) *redisLimiter {
+	return &redisLimiter{
 		name:     name,
 		l:        redis_rate.NewLimiter(rdb),
 		limit:    redis_rate.Limit{Rate: perSec, Burst: burst, Period: 1e9},
@@ -37,7 +37,7 @@ func newIPLimiter(rdb redis.UniversalClient, name, prefix string, perSec, burst 
 }
 
 // Allow implements handler.RateLimiter.
-func (l *ipLimiter) Allow(ctx context.Context, key string) (handler.Decision, error) {
+func (l *redisLimiter) Allow(ctx context.Context, key string) (handler.Decision, error) {
 	d := handler.Decision{Policy: l.policy, Name: l.name}
 	res, err := l.l.Allow(ctx, l.prefix+key, l.limit)
 	if err != nil {

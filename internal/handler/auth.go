@@ -18,14 +18,14 @@ var errInvalidToken = errors.New("handler: missing or invalid bearer token")
 
 const buyerKey = "stock.buyer"
 
-// buyerAuth requires a buyer's bearer token. With admin set, the admin token
-// is accepted too, as a caller who may read every buyer's orders (buyer "").
-// A missing or bad token is 401 with WWW-Authenticate: Bearer
-// error="invalid_token"; nothing runs after it.
-func (h *Handler) buyerAuth(admin bool) gin.HandlerFunc {
+// authBuyer requires a buyer's bearer token. With orAdmin, the admin token
+// is accepted too, as the caller who may read every buyer's orders (its
+// buyer is "", see buyer). A missing or bad token is 401 with
+// WWW-Authenticate: Bearer error="invalid_token"; nothing runs after it.
+func (h *Handler) authBuyer(orAdmin bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		tok, ok := bearer(c.GetHeader("Authorization"))
-		if ok && admin && h.adminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(h.adminToken)) == 1 {
+		if ok && orAdmin && h.adminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(h.adminToken)) == 1 {
 			c.Set(buyerKey, "")
 			c.Next()
 			return

@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/seckill/stock/internal/metrics"
+	"github.com/seckill/stock/internal/service"
 )
 
 // The edge of the API: what every request passes before a handler, so that
@@ -37,25 +38,12 @@ func methodLabel(m string) string {
 const requestIDHeader = "X-Request-Id"
 
 // requestID returns the client's X-Request-Id when it is short and plain
-// (1-64 of [A-Za-z0-9._:-]), or a new random one.
+// (service.ValidKey: 1-64 of [A-Za-z0-9._:-]), or a new random one.
 func requestID(c *gin.Context) string {
-	if id := c.GetHeader(requestIDHeader); len(id) <= 64 && validToken(id) {
+	if id := c.GetHeader(requestIDHeader); service.ValidKey(id) {
 		return id
 	}
 	return strconv.FormatUint(rand.Uint64(), 16) //nolint:gosec // G404: a request id must be unique, not unguessable
-}
-
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == ':' || b == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 type requestIDKey struct{}
@@ -171,7 +159,7 @@ func isProbe(path string) bool {
 }
 
 // RateLimiter decides whether a request of key may go on now. It is shared by
-// all instances (internal/ratelimit keeps its state in Redis).
+// all instances (the limiter internal/app builds keeps its state in Redis).
 type RateLimiter interface {
 	// Allow counts one request of key. A non-nil error means the limiter
 	// could not decide (Redis unreachable); the Decision then says what the

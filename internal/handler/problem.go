@@ -54,30 +54,30 @@ type kind struct {
 // problems is the one table from error to status and problem type. The first
 // match wins; anything unmatched is a 500 whose detail is logged, not sent.
 var problems = []kind{
-	{service.ErrInvalid, http.StatusBadRequest, "invalid-request", "The request is invalid", false, true},
-	{errMalformed, http.StatusBadRequest, "invalid-request", "The request is invalid", false, true},
-	{errBodyTimeout, http.StatusRequestTimeout, "request-timeout", "The request body was not received in time", false, false},
-	{errTooLarge, http.StatusRequestEntityTooLarge, "body-too-large", "The request body is too large", false, true},
-	{errMediaType, http.StatusUnsupportedMediaType, "unsupported-media-type", "The body must be application/json", false, true},
-	{errInvalidToken, http.StatusUnauthorized, "invalid-token", "A valid buyer bearer token is required", false, false},
-	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Admin token missing or wrong", false, false},
-	{errAdminDisabled, http.StatusForbidden, "admin-disabled", "The admin API is disabled", false, false},
-	{errRouteNotFound, http.StatusNotFound, "not-found", "No such resource", false, false},
-	{errMethodNotAllow, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", false, false},
-	{service.ErrUnknownSKU, http.StatusNotFound, "unknown-sku", "Unknown SKU", false, false},
-	{service.ErrOrderNotFound, http.StatusNotFound, "order-not-found", "No such order", false, false},
-	{service.ErrSoldOut, http.StatusConflict, "sold-out", "Sold out", false, false},
-	{service.ErrLimitExceeded, http.StatusConflict, "limit-exceeded", "The order would exceed the per-buyer limit of this SKU", false, false},
-	{service.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with a different request", false, false},
-	{errRateLimited, http.StatusTooManyRequests, "rate-limited", "Too many requests from this client, retry later", false, false},
-	{errOverloaded, http.StatusServiceUnavailable, "overloaded", "The instance is serving too many requests, retry later", true, false},
-	{service.ErrInProgress, http.StatusConflict, "request-in-progress", "A request with this Idempotency-Key is in progress; retry with the same key", true, false},
-	{service.ErrBusy, http.StatusTooManyRequests, "busy", "Too busy, retry later", true, false},
-	{service.ErrLockLost, http.StatusServiceUnavailable, "lock-lost", "The stock lock was lost; the order was not placed, retry with the same key", true, false},
-	{service.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "A dependency is unavailable, retry later", true, false},
+	{err: service.ErrInvalid, status: http.StatusBadRequest, kind: "invalid-request", title: "The request is invalid", showCause: true},
+	{err: errMalformed, status: http.StatusBadRequest, kind: "invalid-request", title: "The request is invalid", showCause: true},
+	{err: errBodyTimeout, status: http.StatusRequestTimeout, kind: "request-timeout", title: "The request body was not received in time"},
+	{err: errTooLarge, status: http.StatusRequestEntityTooLarge, kind: "body-too-large", title: "The request body is too large", showCause: true},
+	{err: errMediaType, status: http.StatusUnsupportedMediaType, kind: "unsupported-media-type", title: "The body must be application/json", showCause: true},
+	{err: errInvalidToken, status: http.StatusUnauthorized, kind: "invalid-token", title: "A valid buyer bearer token is required"},
+	{err: errUnauthorized, status: http.StatusUnauthorized, kind: "unauthorized", title: "Admin token missing or wrong"},
+	{err: errAdminDisabled, status: http.StatusForbidden, kind: "admin-disabled", title: "The admin API is disabled"},
+	{err: errRouteNotFound, status: http.StatusNotFound, kind: "not-found", title: "No such resource"},
+	{err: errMethodNotAllow, status: http.StatusMethodNotAllowed, kind: "method-not-allowed", title: "Method not allowed"},
+	{err: service.ErrUnknownSKU, status: http.StatusNotFound, kind: "unknown-sku", title: "Unknown SKU"},
+	{err: service.ErrOrderNotFound, status: http.StatusNotFound, kind: "order-not-found", title: "No such order"},
+	{err: service.ErrSoldOut, status: http.StatusConflict, kind: "sold-out", title: "Sold out"},
+	{err: service.ErrLimitExceeded, status: http.StatusConflict, kind: "limit-exceeded", title: "The order would exceed the per-buyer limit of this SKU"},
+	{err: service.ErrKeyReused, status: http.StatusUnprocessableEntity, kind: "idempotency-key-reused", title: "Idempotency-Key reused with a different request"},
+	{err: errRateLimited, status: http.StatusTooManyRequests, kind: "rate-limited", title: "Too many requests from this client, retry later"},
+	{err: errOverloaded, status: http.StatusServiceUnavailable, kind: "overloaded", title: "The instance is serving too many requests, retry later", retry: true},
+	{err: service.ErrInProgress, status: http.StatusConflict, kind: "request-in-progress", title: "A request with this Idempotency-Key is in progress; retry with the same key", retry: true},
+	{err: service.ErrBusy, status: http.StatusTooManyRequests, kind: "busy", title: "Too busy, retry later", retry: true},
+	{err: service.ErrLockLost, status: http.StatusServiceUnavailable, kind: "lock-lost", title: "The stock lock was lost; the order was not placed, retry with the same key", retry: true},
+	{err: service.ErrUnavailable, status: http.StatusServiceUnavailable, kind: "unavailable", title: "A dependency is unavailable, retry later", retry: true},
 }
 
-var internalProblem = kind{nil, http.StatusInternalServerError, "internal", "Internal error", false, false}
+var internalProblem = kind{status: http.StatusInternalServerError, kind: "internal", title: "Internal error"}
 
 func classify(err error) kind {
 	for _, k := range problems {

@@ -110,12 +110,6 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	}
 	r.Use(observe(m, log, budget), recovery(log), problemMiddleware(log), inflight(cfg.MaxInflight))
 
-	limited := func(hs ...gin.HandlerFunc) []gin.HandlerFunc {
-		if cfg.Limiter == nil {
-			return hs
-		}
-		return append([]gin.HandlerFunc{rateLimit(cfg.Limiter)}, hs...)
-	}
 	// get registers a GET route and the HEAD route that answers like it
 	// without a body (net/http drops the body of a HEAD answer).
 	get := func(g gin.IRoutes, path string, hs ...gin.HandlerFunc) {
@@ -123,17 +117,20 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		g.HEAD(path, hs...)
 	}
 
-	// The whole API.
-	perBuyer := func(hs ...gin.HandlerFunc) []gin.HandlerFunc {
-		if cfg.BuyerLimiter == nil {
-			return hs
-		}
-		return append([]gin.HandlerFunc{rateLimitBuyer(cfg.BuyerLimiter)}, hs...)
+	// The whole API. The public /v1 routes are limited per client IP;
+	// the buyers' own, per buyer too, once authenticated.
+	v1 := r.Group("/v1")
+	if cfg.Limiter != nil {
+		v1.Use(rateLimit(cfg.Limiter))
 	}
-	r.POST("/v1/orders", limited(append([]gin.HandlerFunc{h.buyerAuth(false)}, perBuyer(h.placeOrder)...)...)...)
-	get(r, "/v1/orders", limited(append([]gin.HandlerFunc{h.buyerAuth(false)}, perBuyer(h.listOrders)...)...)...)
-	get(r, "/v1/orders/:id", limited(h.buyerAuth(true), h.getOrder)...)
-	get(r, "/v1/stock/:sku", limited(h.getStock)...)
+	buyers := v1.Group("/orders", h.authBuyer(false))
+	if cfg.BuyerLimiter != nil {
+		buyers.Use(rateLimitBuyer(cfg.BuyerLimiter))
+	}
+	buyers.POST("", h.placeOrder)
+	get(buyers, "", h.listOrders)
+	get(v1.Group("/orders", h.authBuyer(true)), "/:id", h.getOrder)
+	get(v1, "/stock/:sku", h.getStock)
 	admin := r.Group("/v1/admin", h.admin)
 	admin.PUT("/stock/:sku", h.setStock)
 	get(admin, "/stock/:sku/audit", h.audit)

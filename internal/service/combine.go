@@ -26,6 +26,15 @@ func errLineFull(limit int) error {
 	return fmt.Errorf("%w: more than %d orders of this SKU are waiting at this instance", ErrBusy, limit)
 }
 
+// placeBatched is lock+version: d placed in a batch under the SKU lock,
+// combined with the SKU's other orders when BatchMax allows.
+func (s *Service) placeBatched(ctx context.Context, d Deduction) (Order, error) {
+	if s.cfg.BatchMax > 1 {
+		return s.placeCombined(ctx, d)
+	}
+	return s.placeAlone(ctx, d)
+}
+
 // placeCombined places d through the SKU's line of orders and returns its own
 // outcome. A request whose client gives up while it is still in line (not
 // yet in a batch) leaves the line.
@@ -231,13 +240,11 @@ const replayWindow = 10 * time.Second
 
 // replayWatch remembers when a batch last met a replay (a key that had an
 // order already). While none came within replayWindow, a batch leaves its
-// keys to the store's unique index: a flood of new keys then pays no read
-// at all (the read costs a batch of 64 about a fifth more time, MySQL's
-// mostly: internal/repo's BenchmarkBatch, multi-statement-keys-read-first
-// beside multi-statement). The first batch with a replay pays for it under
-// the lock (the INSERT fails, the store reads the keys and places the batch
-// again: multi-statement-one-replay, about twice a batch's time) and turns
-// the reads before the lock back on.
+// keys to the store's unique index, so a flood of new keys pays no key read
+// at all; the first batch with a replay pays for it under the lock (the
+// store reads every key and plans again) and turns the reads before the
+// lock back on. The read only saves work: the unique index is what makes
+// a key place at most one order.
 type replayWatch struct {
 	last atomic.Int64 // unix nanos of the last replay met; 0: none yet
 	now  func() time.Time

@@ -14,8 +14,7 @@ import (
 // replay, a sold-out or a duplicate.
 
 // ValidKey reports whether s is a valid Idempotency-Key or SKU: 1-64 of
-// [A-Za-z0-9._:-]. (A byte loop: every order checks two, and a regexp
-// match costs about ten times as much.)
+// [A-Za-z0-9._:-]. A byte loop, not a regexp: every order checks two.
 func ValidKey(s string) bool {
 	if len(s) < 1 || len(s) > 64 {
 		return false
@@ -128,14 +127,14 @@ func (s *Service) enter(ctx context.Context, r PlaceRequest) (leave func(), err 
 // answerFromPrecheck answers the order from the pre-check read when that
 // decides it (answered): a replay, or sold out, which must not queue behind
 // the lock. The read is skipped when the batch reads for its orders
-// (batchesCheck), unless the SKU is on the sold-out fast path, whose
+// (skipsPrecheck), unless the SKU is on the sold-out fast path, whose
 // orders' reads are combined. The stock row and the key's order come from
 // one snapshot: an order of this key committed before the read is always
 // seen, so a retry whose first attempt took the last unit gets its order
 // back, not a 409.
 func (s *Service) answerFromPrecheck(ctx context.Context, r PlaceRequest, hash string) (o Order, replayed, answered bool, err error) {
 	fast := s.soldOut.known(r.SKU)
-	if !fast && s.batchesCheck() {
+	if !fast && s.skipsPrecheck() {
 		return Order{}, false, false, nil
 	}
 	st, prev, err := s.precheck(ctx, r, fast)
@@ -157,22 +156,10 @@ func (s *Service) answerFromPrecheck(ctx context.Context, r PlaceRequest, hash s
 
 // write places d by the strategy's write path.
 func (s *Service) write(ctx context.Context, d Deduction) (Order, error) {
-	switch s.cfg.Strategy {
-	case StrategyNone, StrategyForUpdate:
-		d.Write = s.info.Write
-		return s.deductNow(ctx, d)
-	case StrategyVersion, StrategyConditional:
-		d.Write = s.info.Write
-		return s.placeRetrying(ctx, d)
-	case StrategyLockVersion:
-		if s.cfg.BatchMax > 1 {
-			return s.placeCombined(ctx, d)
-		}
-		return s.placeAlone(ctx, d)
-	case StrategyLock:
-		return s.placeUnderLock(ctx, d)
+	if s.info.place == nil {
+		return Order{}, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
 	}
-	return Order{}, fmt.Errorf("service: strategy %q not implemented", s.cfg.Strategy)
+	return s.info.place(s, ctx, d)
 }
 
 // answerRefusal answers a write that failed. A duplicate key means a
@@ -218,14 +205,14 @@ func (s *Service) precheck(ctx context.Context, r PlaceRequest, fast bool) (Stoc
 	return s.store.Precheck(ctx, r.SKU, r.Buyer, r.Key)
 }
 
-// batchesCheck reports whether the order skips the pre-check read and goes
+// skipsPrecheck reports whether the order skips the pre-check read and goes
 // straight to the line: under combined lock+version the batch reads its
 // keys itself before the lock, and the stock row under it (one read each
 // for up to BatchMax orders instead of one per order), a key with an order
 // is answered as a replay, and sold-out traffic is kept out of the line by
 // the sold-out fast path, learnt from the first sold-out answer. Without
 // the fast path the pre-check keeps sold-out traffic out.
-func (s *Service) batchesCheck() bool {
+func (s *Service) skipsPrecheck() bool {
 	return s.cfg.Strategy == StrategyLockVersion && s.cfg.BatchMax > 1 && s.soldOut != nil
 }
 

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ const (
 
 // StrategyInfo is one row of the strategy table: everything the rest of the
 // program (the start-up checks, the lock wiring, the load tests, the
-// README's table) knows about a strategy.
+// README's table, Place) knows about a strategy.
 type StrategyInfo struct {
 	Name     Strategy
 	Safe     bool  // exact without a working lock (the others need STOCK_ALLOW_UNSAFE)
@@ -32,27 +33,38 @@ type StrategyInfo struct {
 	What     string
 	SafeDoc  string
 	UseWhen  string
+	place    placeFunc // the strategy's write, once the order is admitted and not answered by the pre-check
 }
+
+// placeFunc writes an admitted order by a strategy.
+type placeFunc func(s *Service, ctx context.Context, d Deduction) (Order, error)
 
 // strategyTable is the one source of the strategies, in the README's order.
 var strategyTable = []StrategyInfo{
-	{StrategyNone, false, false, WritePlain, 3,
-		"read, check, write absolute values; no lock", "no: lost updates oversell", "never; it is the control group"},
-	{StrategyLock, false, true, WritePlain, 3,
-		"Redis lock, then read, check, plain write", "only while the lock holds",
-		"never; it shows what a pause or failover costs without a backstop"},
-	{StrategyVersion, true, false, WriteVersioned, 20,
-		"no lock; `UPDATE ... WHERE version = ? AND available >= ?`, retried in a new transaction", "yes",
-		"low contention; it collapses into retries on a hot row"},
-	{StrategyLockVersion, true, true, WriteVersioned, 3,
-		"**default**: the SKU lock, versioned UPDATE as the backstop, requests of one SKU combined per instance", "yes",
-		"hot SKUs across several instances: the lock keeps contention off MySQL, the version keeps it exact when the lock fails"},
-	{StrategyConditional, true, false, WriteConditional, 3,
-		"no lock; `UPDATE ... WHERE available >= ?` (and the limit and restock sequence read before it; retried when they moved)", "yes",
-		"the DB-only baseline; also the path `lock+version` takes while Redis is down"},
-	{StrategyForUpdate, true, false, WriteForUpdate, 3,
-		"`SELECT ... FOR UPDATE` in a transaction", "yes",
-		"the pessimistic DB lock; simple, holds a row lock across the transaction"},
+	{Name: StrategyNone, Write: WritePlain, Retries: 3, place: (*Service).placeInOneTx,
+		What:    "read, check, write absolute values; no lock",
+		SafeDoc: "no: lost updates oversell",
+		UseWhen: "never; it is the control group"},
+	{Name: StrategyLock, UsesLock: true, Write: WritePlain, Retries: 3, place: (*Service).placeUnderLock,
+		What:    "Redis lock, then read, check, plain write",
+		SafeDoc: "only while the lock holds",
+		UseWhen: "never; it shows what a pause or failover costs without a backstop"},
+	{Name: StrategyVersion, Safe: true, Write: WriteVersioned, Retries: 20, place: (*Service).placeGuarded,
+		What:    "no lock; `UPDATE ... WHERE version = ? AND available >= ?`, retried in a new transaction",
+		SafeDoc: "yes",
+		UseWhen: "low contention; it collapses into retries on a hot row"},
+	{Name: StrategyLockVersion, Safe: true, UsesLock: true, Write: WriteVersioned, Retries: 3, place: (*Service).placeBatched,
+		What:    "**default**: the SKU lock, versioned UPDATE as the backstop, requests of one SKU combined per instance",
+		SafeDoc: "yes",
+		UseWhen: "hot SKUs across several instances: the lock keeps contention off MySQL, the version keeps it exact when the lock fails"},
+	{Name: StrategyConditional, Safe: true, Write: WriteConditional, Retries: 3, place: (*Service).placeGuarded,
+		What:    "no lock; `UPDATE ... WHERE available >= ?` (and the limit and restock sequence read before it; retried when they moved)",
+		SafeDoc: "yes",
+		UseWhen: "the DB-only baseline; also the path `lock+version` takes while Redis is down"},
+	{Name: StrategyForUpdate, Safe: true, Write: WriteForUpdate, Retries: 3, place: (*Service).placeInOneTx,
+		What:    "`SELECT ... FOR UPDATE` in a transaction",
+		SafeDoc: "yes",
+		UseWhen: "the pessimistic DB lock; simple, holds a row lock across the transaction"},
 }
 
 // StrategyTable returns the table of every strategy, in the README's order

@@ -11,6 +11,20 @@ import (
 // The database writes of the strategies: one transaction, and the versioned
 // UPDATE retried in new transactions.
 
+// placeInOneTx writes d by the strategy's write in one transaction (none,
+// for-update).
+func (s *Service) placeInOneTx(ctx context.Context, d Deduction) (Order, error) {
+	d.Write = s.info.Write
+	return s.deductNow(ctx, d)
+}
+
+// placeGuarded writes d by the strategy's guarded write, retried on a
+// conflict (version, conditional).
+func (s *Service) placeGuarded(ctx context.Context, d Deduction) (Order, error) {
+	d.Write = s.info.Write
+	return s.placeRetrying(ctx, d)
+}
+
 // deductNow runs one transaction, bounded from now.
 func (s *Service) deductNow(ctx context.Context, d Deduction) (Order, error) {
 	wctx, cancel := s.writeCtx(ctx)
