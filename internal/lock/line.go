@@ -63,7 +63,7 @@ const maxLocalTurns = 4
 func (m *Mutex) waitInLine(ctx context.Context, owner string, dur time.Duration, watchdog bool,
 	deadline time.Time, fastBusy bool) (h *Hold, err error) {
 	c := m.c
-	p := &place{m: m, owner: owner, dur: dur, watchdog: watchdog, deadline: deadline, timer: time.NewTimer(time.Hour)}
+	p := &turn{m: m, owner: owner, dur: dur, watchdog: watchdog, deadline: deadline, timer: time.NewTimer(time.Hour)}
 	defer p.timer.Stop()
 	if p.q, p.w, err = c.enqueue(ctx, m, dur, watchdog); err != nil {
 		return nil, err
@@ -80,11 +80,11 @@ func (m *Mutex) waitInLine(ctx context.Context, owner string, dur time.Duration,
 	return p.contend(ctx)
 }
 
-// place is one waiting Lock call: its waiter in its Client's line, the owner
+// turn is one waiting Lock call: its waiter in its Client's line, the owner
 // and lease it acquires with, and the bound on its wait. Each step below
 // returns a hold (acquired, or handed over by an Unlock of this Client) or
 // an error to end the wait with, or neither to go on waiting.
-type place struct {
+type turn struct {
 	m        *Mutex
 	owner    string
 	dur      time.Duration
@@ -98,7 +98,7 @@ type place struct {
 // afterFastAttempt runs after the fast attempt found the lock busy: that
 // put this client in line in Redis. The head waiter subscribes and looks
 // again once the subscription is live.
-func (p *place) afterFastAttempt(ctx context.Context) (*Hold, error) {
+func (p *turn) afterFastAttempt(ctx context.Context) (*Hold, error) {
 	c := p.m.c
 	c.mu.Lock()
 	p.q.inLine = true
@@ -112,7 +112,7 @@ func (p *place) afterFastAttempt(ctx context.Context) (*Hold, error) {
 
 // awaitHead waits for this waiter's turn: only the oldest waiter of a Client
 // contends in Redis.
-func (p *place) awaitHead(ctx context.Context) (*Hold, error) {
+func (p *turn) awaitHead(ctx context.Context) (*Hold, error) {
 	c := p.m.c
 	for !p.w.head {
 		if h, err := p.sleep(ctx, time.Hour, p.w.turn); err != nil || h != nil {
@@ -134,7 +134,7 @@ func (p *place) awaitHead(ctx context.Context) (*Hold, error) {
 
 // contend is the head waiter's loop: attempt the lock, and while it is
 // busy, keep this client in line and wait for the next attempt.
-func (p *place) contend(ctx context.Context) (*Hold, error) {
+func (p *turn) contend(ctx context.Context) (*Hold, error) {
 	c := p.m.c
 	for {
 		c.mu.Lock()
@@ -160,7 +160,7 @@ func (p *place) contend(ctx context.Context) (*Hold, error) {
 // unlock hands the lock to the client first in line, so a client lets the
 // unlocks that go to those ahead of it go by; a new subscription
 // confirmation (messages may have been missed) ends the sleep at once.
-func (p *place) awaitRetry(ctx context.Context, b busy, unlocks, confirms uint64) (*Hold, error) {
+func (p *turn) awaitRetry(ctx context.Context, b busy, unlocks, confirms uint64) (*Hold, error) {
 	c := p.m.c
 	switch {
 	case b.wait < 0: // no TTL on the key (not our protocol): look again now and then
@@ -185,7 +185,7 @@ func (p *place) awaitRetry(ctx context.Context, b busy, unlocks, confirms uint64
 // sleep waits for d (capped by the deadline), a poke on wake, a local
 // hand-off (it returns the hold handed over; nil when the hand-off failed),
 // ctx or Close.
-func (p *place) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) (*Hold, error) {
+func (p *turn) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) (*Hold, error) {
 	c := p.m.c
 	if !p.deadline.IsZero() {
 		left := time.Until(p.deadline)

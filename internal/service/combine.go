@@ -10,81 +10,49 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/seckill/stock/internal/combine"
 )
 
-// Request combining for lock+version. Orders of one SKU that arrive at an
-// instance while the SKU is being served wait in its line (line.go); the next
-// leader takes up to BatchMax of them, takes the Redis lock once and places
-// them all in one transaction with one versioned UPDATE. The lock hand-off,
-// the read, the UPDATE and the COMMIT are then paid once per batch rather
-// than once per order, which is what bounds a hot SKU's throughput under a
-// lock. Each order still gets its own answer: placed, sold out (the batch is
-// filled in arrival order), or a replay of its key.
+// Request combining for lock+version: orders of one SKU wait in the SKU's
+// queue (internal/combine), and each batch of them is placed under one
+// hold of the SKU lock in one transaction with one versioned UPDATE. The
+// lock hand-off, the read, the UPDATE and the COMMIT are then paid once per
+// batch rather than once per order, which is what bounds a hot SKU's
+// throughput under a lock. Each order still gets its own answer: placed,
+// sold out (the batch is filled in arrival order), or a replay of its key.
 
-// errLineFull is the answer past the per-SKU line cap.
+// call is one order in a batch.
+type call = combine.Call[Deduction, Order]
+
+// errLineFull is the answer past the per-SKU cap.
 func errLineFull(limit int) error {
 	return fmt.Errorf("%w: more than %d orders of this SKU are waiting at this instance", ErrBusy, limit)
 }
 
 // placeBatched is lock+version: d placed in a batch under the SKU lock,
-// combined with the SKU's other orders when BatchMax allows.
+// combined with the SKU's other orders when BatchMax allows. A request
+// whose client gives up before a batch took it was not placed.
 func (s *Service) placeBatched(ctx context.Context, d Deduction) (Order, error) {
+	var o Order
+	var err error
 	if s.cfg.BatchMax > 1 {
-		return s.placeCombined(ctx, d)
+		o, err = s.batches.Submit(ctx, d.SKU, d)
+	} else {
+		o, err = s.batches.Alone(ctx, d.SKU, d)
 	}
-	return s.placeAlone(ctx, d)
-}
-
-// placeCombined places d through the SKU's line of orders and returns its own
-// outcome. A request whose client gives up while it is still in line (not
-// yet in a batch) leaves the line.
-func (s *Service) placeCombined(ctx context.Context, d Deduction) (Order, error) {
-	c := &call{ctx: ctx, d: d, done: make(chan struct{})}
-	ok, lead := s.lines.join(d.SKU, c, s.cfg.QueueMax)
-	if !ok {
+	switch {
+	case errors.Is(err, combine.ErrFull):
 		return Order{}, errLineFull(s.cfg.QueueMax)
-	}
-	if lead {
-		s.serveLine(d.SKU)
-	}
-	select {
-	case <-c.done:
-		return c.o, c.err
-	case <-ctx.Done():
-	}
-	if s.lines.leave(d.SKU, c) { // not taken into a batch yet: nothing was written
+	case errors.Is(err, combine.ErrGaveUp):
 		return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
-	<-c.done // in a batch already: its outcome is the answer
-	return c.o, c.err
-}
-
-// serveLine serves one batch of the SKU's line, then hands the line to a new
-// leader goroutine (so no request waits for batches after its own). The
-// leader that finds the line empty ends the SKU's turn.
-func (s *Service) serveLine(sku string) {
-	batch := s.lines.take(sku, s.cfg.BatchMax)
-	if batch == nil {
-		return
-	}
-	s.runBatch(sku, batch)
-	go s.serveLine(sku)
-}
-
-// placeAlone places d as a batch of its own (request combining off).
-func (s *Service) placeAlone(ctx context.Context, d Deduction) (Order, error) {
-	if !s.lines.enter(d.SKU, s.cfg.QueueMax) {
-		return Order{}, errLineFull(s.cfg.QueueMax)
-	}
-	c := &call{ctx: ctx, d: d, done: make(chan struct{})}
-	s.runBatch(d.SKU, []*call{c})
-	s.lines.exit(d.SKU)
-	return c.o, c.err
+	return o, err
 }
 
 // runBatch places a batch under the SKU lock in one transaction: the
 // batch's keys read first (while replays are coming: replayWatch), then
-// the lock, then the orders that joined the line meanwhile, then the stock
+// the lock, then the orders that joined the queue meanwhile, then the stock
 // read, the inserts, the versioned UPDATE and COMMIT. Every call of the
 // batch gets its answer (c.done closed) before it returns.
 func (s *Service) runBatch(sku string, batch []*call) {
@@ -135,8 +103,7 @@ func eachWithoutRedis(s *Service, batch []*call, cause error) {
 	var wg sync.WaitGroup
 	for _, c := range batch {
 		wg.Go(func() {
-			c.o, c.err = s.placeWithoutRedis(c.ctx, c.d, cause)
-			close(c.done)
+			c.Answer(s.placeWithoutRedis(c.Ctx, c.Item, cause))
 		})
 	}
 	wg.Wait()
@@ -145,12 +112,11 @@ func eachWithoutRedis(s *Service, batch []*call, cause error) {
 // answerAll answers every call of the batch with err.
 func answerAll(batch []*call, err error) {
 	for _, c := range batch {
-		c.err = err
-		close(c.done)
+		c.Answer(Order{}, err)
 	}
 }
 
-// joinLate adds the orders that joined the line while the batch read its
+// joinLate adds the orders that joined the queue while the batch read its
 // keys and waited for the lock (up to BatchMax in all): they would
 // otherwise wait a whole round of the lock for the next batch. Their keys
 // are unread; the store checks them (DeductBatch).
@@ -159,7 +125,7 @@ func (s *Service) joinLate(sku string, batch []*call, span trace.Span) []*call {
 	if n <= 0 {
 		return batch
 	}
-	more := s.lines.more(sku, n)
+	more := s.batches.More(sku, n)
 	linkSpans(span, more)
 	batch = append(batch, more...)
 	if len(more) > 0 && span.IsRecording() {
@@ -174,8 +140,9 @@ func (s *Service) joinLate(sku string, batch []*call, span trace.Span) []*call {
 func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch {
 	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
-		b.Items[i] = BatchItem{Buyer: c.d.Buyer, Key: c.d.Key, RequestHash: c.d.RequestHash, Quantity: c.d.Quantity,
-			Admitted: c.d.Admitted, KeyChecked: i < checked}
+		d := c.Item
+		b.Items[i] = BatchItem{Buyer: d.Buyer, Key: d.Key, RequestHash: d.RequestHash, Quantity: d.Quantity,
+			Admitted: d.Admitted, KeyChecked: i < checked}
 	}
 	b.BeforeCommit = func() error {
 		if hook := s.cfg.CriticalSectionHook; hook != nil {
@@ -195,7 +162,7 @@ func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch 
 // to VersionRetries times, and answers every call; it returns the batch's
 // own error (nil when the store answered per order).
 func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
-	// The write's bound starts now, after the wait in line and for the lock.
+	// The write's bound starts now, after the wait in the queue and for the lock.
 	wctx, cancel := context.WithTimeout(s.withSpan(context.Background(), span), s.cfg.WriteTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
@@ -219,12 +186,11 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 		}
 		replayed := false
 		for i, c := range batch {
-			c.o, c.err = orders[i], errs[i]
 			replayed = replayed || errors.Is(errs[i], ErrDuplicateKey)
-			close(c.done)
+			c.Answer(orders[i], errs[i])
 		}
-		// Marked here, before runBatch returns and the next batch of the
-		// line starts, not where the replay is answered (Place): that runs
+		// Marked here, before runBatch returns and the SKU's next batch
+		// starts, not where the replay is answered (Place): that runs
 		// on the waiter's goroutine and could come after the next batch
 		// has decided whether to read its keys.
 		if replayed {
@@ -267,7 +233,7 @@ func (w *replayWatch) recent() bool {
 func (s *Service) answerReplays(ctx context.Context, batch []*call) ([]*call, bool) {
 	keys := make([]BuyerKey, len(batch))
 	for i, c := range batch {
-		keys[i] = BuyerKey{Buyer: c.d.Buyer, Key: c.d.Key}
+		keys[i] = BuyerKey{Buyer: c.Item.Buyer, Key: c.Item.Key}
 	}
 	// Bounded by LockWait: the read is part of the wait before the write
 	// (whose own bound starts after the lock), and only saves work.
@@ -284,8 +250,7 @@ func (s *Service) answerReplays(ctx context.Context, batch []*call) ([]*call, bo
 	}
 	for i, c := range batch {
 		if taken[i] {
-			c.err = ErrDuplicateKey
-			close(c.done)
+			c.Answer(Order{}, ErrDuplicateKey)
 			continue
 		}
 		rest = append(rest, c)
@@ -299,7 +264,7 @@ func (s *Service) answerReplays(ctx context.Context, batch []*call) ([]*call, bo
 // many's is context.Background() with the span only (no request's deadline
 // or cancellation). Tracing off: that context and a no-op span.
 func (s *Service) batchSpan(sku string, batch []*call) (context.Context, trace.Span) {
-	first := batch[0].ctx
+	first := batch[0].Ctx
 	if s.cfg.Tracer == nil {
 		if len(batch) == 1 {
 			return first, noSpan
@@ -323,7 +288,7 @@ func linkSpans(span trace.Span, calls []*call) {
 	}
 	link := trace.Link{SpanContext: span.SpanContext()}
 	for _, c := range calls {
-		ps := trace.SpanFromContext(c.ctx)
+		ps := trace.SpanFromContext(c.Ctx)
 		if sc := ps.SpanContext(); sc.IsSampled() {
 			span.AddLink(trace.Link{SpanContext: sc})
 		}

@@ -2,8 +2,8 @@ package service
 
 import "time"
 
-// Waiting returns the orders of sku waiting in s's line (for tests).
-func Waiting(s *Service, sku string) int { return s.lines.waiting(sku) }
+// Waiting returns the orders of sku waiting in s's queue (for tests).
+func Waiting(s *Service, sku string) int { return s.batches.Waiting(sku) }
 
 // SetSoldOutClock sets the clock of s's sold-out fast path (for tests).
 func SetSoldOutClock(s *Service, now func() time.Time) {
@@ -19,15 +19,7 @@ func SoldOutKnown(s *Service, sku string) bool {
 
 // Admitted returns the orders of sku in progress at s, counted against
 // QueueMax (for tests).
-func Admitted(s *Service, sku string) int {
-	sh := s.lines.shard(sku)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if l := sh.m[sku]; l != nil {
-		return l.admitted
-	}
-	return 0
-}
+func Admitted(s *Service, sku string) int { return s.door.admitted(sku) }
 
 // RedisDownUntil returns when s takes the SKU lock again after Redis failed
 // to answer (the zero time when it is not skipping it; for tests).

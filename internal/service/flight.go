@@ -10,7 +10,7 @@ import (
 // instance. A second request with a key in flight waits for the first to
 // end, then decides from what the first left in MySQL: a replay of its
 // order, or a fresh attempt. Without this, a retry could be told "sold out"
-// by the pre-check while the first attempt still waited in line, and the
+// by the pre-check while the first attempt still waited in the queue, and the
 // first then place the order after a restock: a final answer contradicted by
 // what is later written for the key. Across instances the unique key decides
 // (a concurrent insert of the same key fails and is answered by a replay).

@@ -34,11 +34,11 @@ func (s *Service) placeUnderLock(ctx context.Context, d Deduction) (Order, error
 	if s.skipLock() {
 		return s.placeWithoutRedis(ctx, d, nil)
 	}
-	if !s.lines.enter(d.SKU, s.cfg.QueueMax) {
+	if !s.batches.Enter(d.SKU) {
 		return Order{}, errLineFull(s.cfg.QueueMax)
 	}
 	h, err := s.takeLock(ctx, d.SKU)
-	s.lines.exit(d.SKU)
+	s.batches.Exit(d.SKU)
 	var down redisDown
 	switch {
 	case errors.As(err, &down):

@@ -100,26 +100,26 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 
 // enter admits the order: the per-SKU cap first, before any work (past
 // QueueMax requests of this SKU here, ErrBusy at once; the locking
-// strategies only: the others have no line, and MySQL's pool bounds them),
+// strategies only: the others have no queue, and MySQL's pool bounds them),
 // then one attempt per key at a time in this instance: a retry whose first
-// attempt is still in line waits for it, so it is never told "sold out"
+// attempt is still in the queue waits for it, so it is never told "sold out"
 // while that attempt can still be placed. leave ends both.
 func (s *Service) enter(ctx context.Context, r PlaceRequest) (leave func(), err error) {
 	capped := s.usesLock()
-	if capped && !s.lines.admit(r.SKU, s.cfg.QueueMax) {
+	if capped && !s.door.admit(r.SKU, s.cfg.QueueMax) {
 		return nil, errLineFull(s.cfg.QueueMax)
 	}
 	done, err := s.flights.begin(ctx, r.Buyer+"\x00"+r.Key)
 	if err != nil {
 		if capped {
-			s.lines.release(r.SKU)
+			s.door.release(r.SKU)
 		}
 		return nil, err
 	}
 	return func() {
 		done()
 		if capped {
-			s.lines.release(r.SKU)
+			s.door.release(r.SKU)
 		}
 	}, nil
 }
@@ -168,7 +168,7 @@ func (s *Service) write(ctx context.Context, d Deduction) (Order, error) {
 // this key took the last unit or allowance and committed while this one
 // waited, or before it (the batch path has no pre-check). So the key is
 // looked up, with a bound of its own (the write's may have run out while
-// the order waited in line): its order is the answer if it has one.
+// the order waited in the queue): its order is the answer if it has one.
 func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string, err error) (Order, bool, error) {
 	var restocked *RestockedError
 	if errors.As(err, &restocked) {
@@ -206,10 +206,10 @@ func (s *Service) precheck(ctx context.Context, r PlaceRequest, fast bool) (Stoc
 }
 
 // skipsPrecheck reports whether the order skips the pre-check read and goes
-// straight to the line: under combined lock+version the batch reads its
+// straight to the queue: under combined lock+version the batch reads its
 // keys itself before the lock, and the stock row under it (one read each
 // for up to BatchMax orders instead of one per order), a key with an order
-// is answered as a replay, and sold-out traffic is kept out of the line by
+// is answered as a replay, and sold-out traffic is kept out of the queue by
 // the sold-out fast path, learnt from the first sold-out answer. Without
 // the fast path the pre-check keeps sold-out traffic out.
 func (s *Service) skipsPrecheck() bool {

@@ -5,8 +5,9 @@
 //
 // The files: service.go (Config, Service, New), strategy.go (the strategy
 // table), place.go (Place, the order flow), write.go (the strategies'
-// writes), locking.go (the SKU lock), combine.go and line.go (request
-// combining), redisdown.go (the DB-only switch), soldout.go (the sold-out
+// writes), locking.go (the SKU lock), combine.go (batches of the per-SKU
+// queues of internal/combine), plan.go (a batch's outcome), door.go (the
+// per-SKU cap), redisdown.go (the DB-only switch), soldout.go (the sold-out
 // fast path), flight.go (one attempt per key), read.go, restock.go, store.go
 // (the Store contract), trace.go (the spans of the order path) and errors.go.
 package service
@@ -18,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/seckill/stock/internal/combine"
 	"github.com/seckill/stock/internal/metrics"
 )
 
@@ -35,11 +37,11 @@ type Config struct {
 	// transaction under one lock (request combining); <= 1 turns it off.
 	BatchMax int
 	// QueueMax caps the orders of one SKU in progress at this instance
-	// under the locking strategies (pre-check, line, batch); past it an order
+	// under the locking strategies (pre-check, queue, batch); past it an order
 	// is answered ErrBusy at once, touching neither Redis nor MySQL (default 2000).
 	QueueMax int
 	// SoldOutTTL is how long, once MySQL said a SKU is sold out, its orders
-	// skip the line and the lock and are answered from one read of the
+	// skip the queue and the lock and are answered from one read of the
 	// stock row and their key (the sold-out fast path, soldout.go); default
 	// 1s, < 0 turns the fast path off.
 	SoldOutTTL time.Duration
@@ -49,7 +51,7 @@ type Config struct {
 	// Nil: an entry ends when an order finds stock, or after SoldOutTTL.
 	Events StockEvents
 	// WriteTimeout bounds an order's database work, from when the write
-	// starts (after any wait in line or for the lock); default 10s.
+	// starts (after any wait in the queue or for the lock); default 10s.
 	WriteTimeout time.Duration
 	// CriticalSectionHook, if set, runs inside the transaction just before
 	// COMMIT. Tests and fault runs use it to land a pause in the critical section.
@@ -71,7 +73,8 @@ type Service struct {
 	metrics *metrics.Metrics
 	info    StrategyInfo // cfg.Strategy's row of the strategy table
 
-	lines   *lines
+	batches *combine.Combiner[Deduction, Order] // lock+version's per-SKU queues
+	door    *door                               // the per-SKU cap on orders in progress
 	flights flights
 	soldOut *soldOut // nil: no fast path
 	seqs    restockSeqs
@@ -102,7 +105,8 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, info: cfg.Strategy.Info(),
-		lines: newLines(), flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}}
+		door: newDoor(), flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}}
+	s.batches = combine.New(cfg.BatchMax, cfg.QueueMax, s.runBatch)
 	if cfg.SoldOutTTL > 0 {
 		s.soldOut = newSoldOut(cfg.SoldOutTTL, cfg.WriteTimeout)
 	}

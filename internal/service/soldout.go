@@ -8,7 +8,7 @@ import (
 )
 
 // soldOut is an instance's sold-out fast path: the SKUs that MySQL said
-// were sold out within the last SoldOutTTL. Their orders skip the line and
+// were sold out within the last SoldOutTTL. Their orders skip the queue and
 // the lock: each is answered from a read of the stock row and of its own
 // key (check), exact at that moment. A replay gets its order, a key reused
 // with another body is refused, and stock found again (a restock this
