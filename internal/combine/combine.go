@@ -157,19 +157,16 @@ func (c *Combiner[T, R]) shard(key string) *shard[T, R] {
 // queue is full, and whether call's goroutine must lead (no leader is
 // serving the key).
 func (c *Combiner[T, R]) join(key string, call *Call[T, R]) (ok, lead bool) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	q := sh.get(key)
-	if q.live >= c.limit {
-		sh.forget(key, q)
-		return false, false
-	}
-	q.pending = append(q.pending, call)
-	q.live++
-	lead = !q.active
-	q.active = true
-	return true, lead
+	c.update(key, func(q *queue[T, R]) {
+		if q.live >= c.limit {
+			return
+		}
+		q.pending = append(q.pending, call)
+		q.live++
+		ok, lead = true, !q.active
+		q.active = true
+	})
+	return ok, lead
 }
 
 // leave marks call abandoned if no batch has taken it yet; it reports
@@ -178,15 +175,13 @@ func (c *Combiner[T, R]) leave(key string, call *Call[T, R]) bool {
 	if !call.state.CompareAndSwap(waiting, abandoned) {
 		return false
 	}
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	q := sh.m[key]
-	q.live--
-	q.dead++
-	if q.dead > 64 && q.dead > q.live {
-		q.compact()
-	}
+	c.update(key, func(q *queue[T, R]) {
+		q.live--
+		q.dead++
+		if q.dead > 64 && q.dead > q.live {
+			q.compact()
+		}
+	})
 	return true
 }
 
@@ -231,26 +226,28 @@ func (c *Combiner[T, R]) takeCalls(key string, n int, endTurn bool) []*Call[T, R
 // Enter counts a request of key that waits outside any batch (for a lock
 // of its own) against the key's limit; it reports false when the queue is
 // full. Exit ends what Enter began.
-func (c *Combiner[T, R]) Enter(key string) bool {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	q := sh.get(key)
-	if q.live >= c.limit {
-		sh.forget(key, q)
-		return false
-	}
-	q.live++
-	return true
+func (c *Combiner[T, R]) Enter(key string) (ok bool) {
+	c.update(key, func(q *queue[T, R]) {
+		if ok = q.live < c.limit; ok {
+			q.live++
+		}
+	})
+	return ok
 }
 
 // Exit ends what Enter began.
 func (c *Combiner[T, R]) Exit(key string) {
+	c.update(key, func(q *queue[T, R]) { q.live-- })
+}
+
+// update runs f on key's queue (made if none) under its shard's mutex,
+// then forgets the queue if f left it idle.
+func (c *Combiner[T, R]) update(key string, f func(q *queue[T, R])) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	q := sh.m[key]
-	q.live--
+	q := sh.get(key)
+	f(q)
 	sh.forget(key, q)
 }
 

@@ -71,8 +71,7 @@ func TestSubmitCombinesAndAnswersEach(t *testing.T) {
 	const n, batchMax = 500, 16
 	var mu sync.Mutex
 	serving, batches := 0, 0
-	var c *Combiner[int, int]
-	c = New(batchMax, n, func(key string, batch []*Call[int, int]) {
+	c := New(batchMax, n, func(key string, batch []*Call[int, int]) {
 		mu.Lock()
 		serving++
 		batches++
