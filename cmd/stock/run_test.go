@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"regexp"
@@ -54,12 +55,9 @@ func testToken(t testing.TB, buyer string) string { return apptest.Token(t, buye
 
 // env is a getenv of m, with a JWT secret unless m sets one (to "" for none).
 func env(m map[string]string) func(string) string {
-	return func(k string) string {
-		if v, ok := m[k]; ok || k != "STOCK_JWT_SECRET" {
-			return v
-		}
-		return testJWTSecret
-	}
+	all := map[string]string{"STOCK_JWT_SECRET": testJWTSecret}
+	maps.Copy(all, m)
+	return apptest.Env(all)
 }
 
 // started runs `stock serve` in-process and returns its base URL and a stop

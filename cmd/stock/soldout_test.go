@@ -4,32 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/testserver"
 )
 
-// do sends one request and returns its status.
+// do sends one request with a bearer token and returns its status.
 func do(t *testing.T, method, url, token, key, body string) int {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	h := map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json", "Idempotency-Key": key}
+	return apptest.Do(t, method, url, h, body).Status
 }
 
 // Two instances answer a sold-out SKU from memory; a restock through one

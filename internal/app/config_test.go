@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/seckill/stock/internal/app"
+	"github.com/seckill/stock/internal/apptest"
 )
 
 // env is an environment of only m's variables.
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
+var env = apptest.Env
 
 func TestConfigErrorsNameTheVariable(t *testing.T) {
 	for _, c := range []struct{ name, value string }{

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -71,21 +72,9 @@ func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *testlog
 // send makes a request and returns its status.
 func send(t *testing.T, method, url, body string, header map[string]string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	h := map[string]string{"Content-Type": "application/json"}
+	maps.Copy(h, header)
+	return apptest.Do(t, method, url, h, body).Status
 }
 
 func setStock(t *testing.T, srv *apptest.Server, sku string, n int) {

@@ -6,9 +6,11 @@ package apptest
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +111,51 @@ func Token(t testing.TB, buyer string) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// Env is a getenv of m's variables only.
+func Env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// Reply is an HTTP answer, read whole.
+type Reply struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// client's timeout only keeps a hung server from hanging a test.
+var client = &http.Client{Timeout: 5 * time.Minute}
+
+// Do sends one request, bound to t's context, and reads its answer whole.
+// Header values "" are not sent; a body is sent as given (set its
+// Content-Type in header). A request that gets no answer is a test error,
+// and its Reply is zero.
+func Do(t testing.TB, method, url string, header map[string]string, body string) Reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return Reply{}
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Errorf("%s %s: reading the answer: %v", method, url, err)
+	}
+	return Reply{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -149,34 +149,19 @@ func (r reply) problemType() string {
 	return strings.TrimPrefix(p.Type, handler.ProblemBase)
 }
 
+// do is apptest.Do with the test buyer's token on the order routes,
+// unless header sets Authorization (to "" for none).
 func do(t testing.TB, method, url string, header map[string]string, body string) reply {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		if v != "" {
-			req.Header.Set(k, v)
-		}
-	}
-	// Order routes need a buyer: the test buyer unless the caller set
-	// Authorization (to "" for none).
 	if _, set := header["Authorization"]; !set && strings.Contains(url, "/v1/orders") {
-		req.Header.Set("Authorization", "Bearer "+tokenFor(t, testBuyer))
+		header = maps.Clone(header)
+		if header == nil {
+			header = map[string]string{}
+		}
+		header["Authorization"] = "Bearer " + tokenFor(t, testBuyer)
 	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Errorf("%s %s: %v", method, url, err)
-		return reply{}
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+	r := apptest.Do(t, method, url, header, body)
+	return reply{status: r.Status, header: r.Header, body: r.Body}
 }
 
 func jsonHeader(extra ...string) map[string]string {
