@@ -110,6 +110,14 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	}
 	r.Use(observe(m, log, budget), recovery(log), problemMiddleware(log), inflight(cfg.MaxInflight))
 
+	h.routes(r, cfg, gatherer, spec)
+	r.NoRoute(func(c *gin.Context) { _ = c.Error(errRouteNotFound) })
+	r.NoMethod(func(c *gin.Context) { _ = c.Error(errMethodNotAllow) })
+	return r, nil
+}
+
+// routes registers the whole API on r.
+func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer, spec []byte) {
 	// get registers a GET route and the HEAD route that answers like it
 	// without a body (net/http drops the body of a HEAD answer).
 	get := func(g gin.IRoutes, path string, hs ...gin.HandlerFunc) {
@@ -141,10 +149,6 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	}
 	get(r, "/openapi.yaml", serveDocument("application/yaml", openapiYAML))
 	get(r, "/openapi.json", serveDocument("application/json", spec))
-
-	r.NoRoute(func(c *gin.Context) { _ = c.Error(errRouteNotFound) })
-	r.NoMethod(func(c *gin.Context) { _ = c.Error(errMethodNotAllow) })
-	return r, nil
 }
 
 // MetricsHandler serves the Prometheus metrics of gatherer.

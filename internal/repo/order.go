@@ -192,42 +192,19 @@ func sale(q int64, now time.Time) map[string]any {
 	}
 }
 
+// deduct places d in tx: the read its write checks, the allowance, the
+// order and its ledger row, then the guarded UPDATE. It returns the errors
+// of Store.Deduct.
 func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
-	ctx := tx.Statement.Context
-	q := int64(d.Quantity)
-	var cur stockModel
-	if d.Write != service.WriteConditional {
-		var err error
-		if cur, err = readStock(tx, d.SKU, d.Write == service.WriteForUpdate); err != nil {
-			return service.Order{}, err
-		}
-		if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
-			return service.Order{}, err
-		}
-		if cur.Available < q {
-			return service.Order{}, service.ErrSoldOut
-		}
-	} else {
-		// The conditional UPDATE reads nothing first; the limit is read here
-		// with a plain read, and the UPDATE matches only while the row still
-		// has it (a limit changed meanwhile: service.ErrConflict, and the
-		// order is tried again in a new transaction).
-		var got []stockModel
-		if err := tx.Model(&stockModel{}).Select("per_buyer_limit", "restock_seq").Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
-			return service.Order{}, translate(ctx, "read stock", err)
-		}
-		if len(got) == 0 {
-			return service.Order{}, service.ErrUnknownSKU
-		}
-		cur.PerBuyerLimit, cur.RestockSeq = got[0].PerBuyerLimit, got[0].RestockSeq
-		if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
-			return service.Order{}, err
-		}
+	cur, err := readForDeduct(tx, d)
+	if err != nil {
+		return service.Order{}, err
 	}
+	q := int64(d.Quantity)
 	if err := takeAllowance(tx, d.Buyer, d.SKU, q, cur.PerBuyerLimit, d.Write == service.WritePlain); err != nil {
 		return service.Order{}, err
 	}
-
+	ctx := tx.Statement.Context
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	row := orderModel{Buyer: d.Buyer, IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity, Fence: d.Fence, CreatedAt: now}
 	if err := tx.Create(&row).Error; err != nil { // row.ID from the INSERT's LastInsertId
@@ -236,7 +213,47 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	if err := tx.Create(&ledgerModel{SKU: d.SKU, Kind: kindSale, Delta: -q, OrderID: &row.ID, CreatedAt: now}).Error; err != nil {
 		return service.Order{}, translate(ctx, "insert ledger", err)
 	}
+	if err := updateForDeduct(tx, d, cur, now); err != nil {
+		return service.Order{}, err
+	}
+	return row.order(), nil
+}
 
+// readForDeduct reads what d's write checks before it writes: the whole
+// row (with FOR UPDATE for WriteForUpdate), refused when restocked since d
+// was admitted or sold out; for WriteConditional, whose UPDATE checks the
+// stock itself, only the limit and the restock sequence, with a plain read
+// (the UPDATE matches only while the row still has them).
+func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
+	if d.Write != service.WriteConditional {
+		cur, err := readStock(tx, d.SKU, d.Write == service.WriteForUpdate)
+		if err != nil {
+			return cur, err
+		}
+		if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
+			return cur, err
+		}
+		if cur.Available < int64(d.Quantity) {
+			return cur, service.ErrSoldOut
+		}
+		return cur, nil
+	}
+	var got []stockModel
+	if err := tx.Model(&stockModel{}).Select("per_buyer_limit", "restock_seq").Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
+		return stockModel{}, translate(tx.Statement.Context, "read stock", err)
+	}
+	if len(got) == 0 {
+		return stockModel{}, service.ErrUnknownSKU
+	}
+	return got[0], service.Restocked(d.Admitted, got[0].RestockSeq)
+}
+
+// updateForDeduct is d's UPDATE of the stock row, guarded as d.Write says
+// (cur is what readForDeduct read). A guard that matched no row is
+// service.ErrConflict (versioned), or, for the conditional write, whatever
+// the row says now (updateMissed).
+func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.Time) error {
+	q := int64(d.Quantity)
 	upd := tx.Model(&stockModel{}).Where("sku = ?", d.SKU)
 	switch d.Write {
 	case service.WritePlain:
@@ -249,30 +266,34 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	case service.WriteForUpdate:
 		upd = upd.Updates(sale(q, now))
 	default:
-		return service.Order{}, fmt.Errorf("repo: unknown write mode %d", d.Write)
+		return fmt.Errorf("repo: unknown write mode %d", d.Write)
 	}
-	if upd.Error != nil {
-		return service.Order{}, translate(ctx, "update stock", upd.Error)
+	switch {
+	case upd.Error != nil:
+		return translate(tx.Statement.Context, "update stock", upd.Error)
+	case upd.RowsAffected > 0:
+		return nil
+	case d.Write == service.WriteVersioned:
+		return service.ErrConflict
+	case d.Write == service.WriteConditional:
+		return updateMissed(tx, d, cur)
 	}
-	if upd.RowsAffected == 0 {
-		switch d.Write {
-		case service.WriteVersioned:
-			return service.Order{}, service.ErrConflict
-		case service.WriteConditional:
-			// Sold out, unknown or a new limit: tell them apart outside the
-			// hot path, from the row as it is now (a locking read).
-			row, err := readStock(tx, d.SKU, true)
-			switch {
-			case err != nil:
-				return service.Order{}, err
-			case service.Restocked(d.Admitted, row.RestockSeq) != nil:
-				return service.Order{}, service.Restocked(d.Admitted, row.RestockSeq)
-			case row.PerBuyerLimit != cur.PerBuyerLimit, row.RestockSeq != cur.RestockSeq:
-				return service.Order{}, service.ErrConflict // changed since the read: try again
-			}
-			return service.Order{}, service.ErrSoldOut
-		}
-		return service.Order{}, service.ErrUnknownSKU
+	return service.ErrUnknownSKU
+}
+
+// updateMissed tells why the conditional UPDATE matched no row, outside the
+// hot path, from the row as it is now (a locking read): restocked since d
+// was admitted, a new limit or restock (service.ErrConflict: try again), or
+// sold out.
+func updateMissed(tx *gorm.DB, d service.Deduction, cur stockModel) error {
+	row, err := readStock(tx, d.SKU, true)
+	switch {
+	case err != nil:
+		return err
+	case service.Restocked(d.Admitted, row.RestockSeq) != nil:
+		return service.Restocked(d.Admitted, row.RestockSeq)
+	case row.PerBuyerLimit != cur.PerBuyerLimit, row.RestockSeq != cur.RestockSeq:
+		return service.ErrConflict
 	}
-	return row.order(), nil
+	return service.ErrSoldOut
 }

@@ -158,46 +158,43 @@ func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch 
 	return b
 }
 
-// commitBatch writes b, retrying a version conflict in a new transaction up
-// to VersionRetries times, and answers every call; it returns the batch's
-// own error (nil when the store answered per order).
+// commitBatch writes b, retrying a version conflict (retryConflicts), and
+// answers every call; it returns the batch's own error (nil when the store
+// answered per order).
 func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 	// The write's bound starts now, after the wait in the queue and for the lock.
 	wctx, cancel := context.WithTimeout(s.withSpan(context.Background(), span), s.cfg.WriteTimeout)
 	defer cancel()
-	for attempt := 0; ; attempt++ {
+	var orders []Order
+	var errs []error
+	err := s.retryConflicts(wctx, func(n int) error {
 		tctx, tspan := s.span(wctx, "stock.transaction")
 		if tspan.IsRecording() {
 			tspan.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(b.SKU), attrWrite.String("versioned"),
-				attrBatchSize.Int(len(batch)), attrAttempt.Int(attempt+1))
+				attrBatchSize.Int(len(batch)), attrAttempt.Int(n+1))
 		}
-		orders, errs, err := s.store.DeductBatch(tctx, b)
+		var err error
+		orders, errs, err = s.store.DeductBatch(tctx, b)
 		endTx(tspan, err)
-		if errors.Is(err, ErrConflict) {
-			s.metrics.Conflict(string(s.cfg.Strategy))
-			if attempt < s.cfg.VersionRetries {
-				continue // in a new transaction
-			}
-			err = fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, attempt+1)
-		}
-		if err != nil {
-			answerAll(batch, err)
-			return err
-		}
-		replayed := false
-		for i, c := range batch {
-			replayed = replayed || errors.Is(errs[i], ErrDuplicateKey)
-			c.Answer(orders[i], errs[i])
-		}
-		// Marked here, before runBatch returns and the SKU's next batch
-		// starts, not where the replay is answered (Place): that runs
-		// on the waiter's goroutine and could come after the next batch
-		// has decided whether to read its keys.
-		if replayed {
-			s.replays.saw()
-		}
-		return nil
+		return err
+	})
+	if err != nil {
+		answerAll(batch, err)
+		return err
 	}
+	replayed := false
+	for i, c := range batch {
+		replayed = replayed || errors.Is(errs[i], ErrDuplicateKey)
+		c.Answer(orders[i], errs[i])
+	}
+	// Marked here, before runBatch returns and the SKU's next batch starts,
+	// not where the replay is answered (Place): that runs on the waiter's
+	// goroutine and could come after the next batch has decided whether to
+	// read its keys.
+	if replayed {
+		s.replays.saw()
+	}
+	return nil
 }
 
 // replayWindow is how long after a batch met a replay the batches read

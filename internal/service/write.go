@@ -53,30 +53,45 @@ func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
 }
 
 // placeRetrying runs d's guarded write (versioned, or conditional, whose
-// UPDATE also checks the per-buyer limit it read), retrying each conflict in
-// a NEW transaction: under REPEATABLE READ a retry in the same one would
-// re-read its old snapshot and could never succeed.
+// UPDATE also checks the per-buyer limit it read), retrying each conflict
+// (retryConflicts).
 func (s *Service) placeRetrying(ctx context.Context, d Deduction) (Order, error) {
 	ctx, cancel := s.writeCtx(ctx)
 	defer cancel()
-	for attempt := 0; ; attempt++ {
-		o, err := s.deduct(ctx, d)
+	var o Order
+	err := s.retryConflicts(ctx, func(int) error {
+		var err error
+		o, err = s.deduct(ctx, d)
+		return err
+	})
+	return o, err
+}
+
+// retryConflicts runs attempt (given its number, from 0) until it returns
+// anything but ErrConflict, at most VersionRetries+1 times, each in a new
+// transaction: under REPEATABLE READ a retry in the same one would re-read
+// its old snapshot and could never succeed. Each conflict is counted; after
+// the last it returns ErrBusy. Lock-free writers (version) spread their
+// retries over a few ms; ctx ending meanwhile is ErrUnavailable.
+func (s *Service) retryConflicts(ctx context.Context, attempt func(n int) error) error {
+	for n := 0; ; n++ {
+		err := attempt(n)
 		if !errors.Is(err, ErrConflict) {
-			return o, err
+			return err
 		}
 		s.metrics.Conflict(string(s.cfg.Strategy))
-		if attempt >= s.cfg.VersionRetries {
-			return Order{}, fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, attempt+1)
+		if n >= s.cfg.VersionRetries {
+			return fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, n+1)
 		}
-		if s.cfg.Strategy == StrategyVersion {
-			// Spread the retries of lock-free writers over a few ms.
-			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 4)))) //nolint:gosec // G404: retry jitter, not a secret; nothing to guess
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-			case <-t.C:
-			}
+		if s.cfg.Strategy != StrategyVersion {
+			continue
+		}
+		t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(n, 4)))) //nolint:gosec // G404: retry jitter, not a secret; nothing to guess
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		case <-t.C:
 		}
 	}
 }
