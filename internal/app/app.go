@@ -166,7 +166,7 @@ func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error)
 		Renewed: m.Renewed,
 		Lost:    func(string) { m.Lock("lost", 0) },
 	})}
-	if cfg.LockClassicPubSub {
+	if cfg.LockClassicPubSub() {
 		lockOpts = append(lockOpts, lock.WithClassicPubSub())
 	}
 	locks := lock.New(a.Redis, lockOpts...)
@@ -192,7 +192,7 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 		Strategy:            cfg.Strategy,
 		LockWait:            cfg.LockWait,
 		LockLease:           cfg.LockLease,
-		RejectOnRedisDown:   cfg.RejectOnRedis,
+		RejectOnRedisDown:   cfg.RejectOnRedis(),
 		MaxQuantity:         cfg.MaxQuantity,
 		BatchMax:            cfg.BatchMax,
 		QueueMax:            cfg.QueueMax,
@@ -227,7 +227,7 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		MaxBody:    cfg.MaxBody,
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: a.Store.Ping},
-			{Name: "redis", Required: cfg.Strategy.Info().UsesLock && cfg.RejectOnRedis, Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+			{Name: "redis", Required: cfg.Strategy.Info().UsesLock && cfg.RejectOnRedis(), Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
 		Tokens:         tokens,
 		MaxInflight:    int64(cfg.MaxInflight),
@@ -237,11 +237,11 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		Propagator:     propagator,
 	}
 	if cfg.RateIP > 0 {
-		hcfg.Limiter = newRedisLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen, m)
-		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen])
+		hcfg.Limiter = newRedisLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen(), m)
+		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen()])
 	}
 	if cfg.RateBuyer > 0 {
-		hcfg.BuyerLimiter = newRedisLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen, m)
+		hcfg.BuyerLimiter = newRedisLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen(), m)
 		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
 	}
 	return hcfg

@@ -1,303 +1,341 @@
 package app
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caarlos0/env/v11"
 
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
 )
 
-// Config is every setting of a stock server, parsed once from the STOCK_
-// environment by ParseEnv (the README's configuration table lists them).
+// Config is every setting of a stock server, parsed once from the
+// environment by ParseEnv. Each field's env tag names its variable and
+// envDefault its default; range (integers, "lo,hi"), min (durations: 0 or
+// at least it) and oneof (words, lower case) bound its value. The comment
+// above a field is its line in docs/config.md, which TestConfigDoc keeps
+// equal to this struct.
 type Config struct {
-	HTTPAddr      string
-	MySQLDSN      string
-	MySQLConns    int
-	RedisAddrs    []string
-	RedisMaster   string
-	RedisPassword string
-	RedisDB       int
-	// RedisTimeout bounds each Redis dial, read and write.
-	RedisTimeout  time.Duration
-	AdminToken    string
-	Strategy      service.Strategy
-	AllowUnsafe   bool
-	LockWait      time.Duration
-	LockLease     time.Duration
-	LockWatchdog  time.Duration
-	RejectOnRedis bool
-	LogLevel      slog.Level
-	LogJSON       bool
-	MaxQuantity   int
-	BatchMax      int
-	QueueMax      int
-	SoldOutTTL    time.Duration // 0: no sold-out fast path
-	RedisPrefix   string
-	// LockClassicPubSub: PUBLISH/SUBSCRIBE only on a cluster (Redisson's
-	// shardedSubscriptionMode=OFF), from STOCK_LOCK_PUBSUB=classic.
-	LockClassicPubSub bool
-	MaxBody           int64
-	ShutdownAfter     time.Duration
-	// HTTP server timeouts: a slow or stalled client cannot hold a connection longer.
-	ReadHeaderTimeout time.Duration
-	ReadTimeout       time.Duration
-	WriteTimeout      time.Duration
-	IdleTimeout       time.Duration
-	// PprofAddr, if set, serves net/http/pprof on its own listener (keep it private).
-	PprofAddr string
-	// MetricsAddr, if set, serves /metrics on its own listener; MetricsPublic
-	// also serves it on the public one.
-	MetricsAddr   string
-	MetricsPublic bool
-	// MaxInflight caps the requests served at once per instance (0: no cap).
-	MaxInflight int
-	// MaxConns caps the connections held at once per instance (0: no cap).
-	MaxConns int
-	// Rate limit per client IP, shared by all instances through Redis
-	// (RateIP requests per second, 0: off), and what to do when Redis
-	// cannot be asked (RateFailOpen).
-	RateIP         int
-	RateIPBurst    int
-	RateBuyer      int
-	RateBuyerBurst int
-	RateFailOpen   bool
-	TrustedProxies []string
-	// Buyers' tokens: HS256 with JWTSecret and/or EdDSA/RS256 with the PEM
-	// public key in JWTPublicKeyFile; iss and aud checked when set.
-	JWTSecret        string
-	JWTPublicKeyFile string
-	JWTIssuer        string
-	JWTAudience      string
-	JWTCacheSize     int // verified tokens remembered per instance (0: off)
-	// CriticalDelay pauses inside the critical section, before COMMIT. For
-	// fault runs only (STOCK_TEST_CRITICAL_DELAY); never set it in production.
-	CriticalDelay time.Duration
-	// Tracing exports traces over OTLP/HTTP: on when the standard
+	// Listen address (`127.0.0.1:0` picks a port; the address is printed).
+	HTTPAddr string `env:"STOCK_HTTP_ADDR" envDefault:":8080"`
+	// go-sql-driver DSN; `stock migrate` creates the database if missing.
+	MySQLDSN string `env:"STOCK_MYSQL_DSN" envDefault:"root@tcp(127.0.0.1:3306)/stock?parseTime=true"`
+	// Size of each of the instance's two MySQL pools (the main one, and the
+	// batch's multi-statement one where the server numbers a statement's
+	// rows consecutively); a hot row gains nothing from more.
+	MySQLConns int `env:"STOCK_MYSQL_MAX_CONNS" envDefault:"20" range:"1,1000"`
+	// Comma list; several addresses = Redis Cluster.
+	RedisAddrs []string `env:"STOCK_REDIS_ADDRS" envDefault:"127.0.0.1:6379"`
+	// Set = Sentinel, with this master name (`STOCK_REDIS_ADDRS` = sentinels).
+	RedisMaster string `env:"STOCK_REDIS_MASTER"`
+	// Redis password (also of every Redlock master).
+	RedisPassword string `env:"STOCK_REDIS_PASSWORD"`
+	// Redis database number.
+	RedisDB int `env:"STOCK_REDIS_DB" envDefault:"0" range:"0,1048576"`
+	// Each Redis dial, read and write; short, so orders move to the DB-only
+	// path fast when Redis is down.
+	RedisTimeout time.Duration `env:"STOCK_REDIS_TIMEOUT" envDefault:"500ms" min:"1ms" nonzero:"true"`
+	// Put in front of every lock key, so deployments sharing one Redis keep
+	// their locks and fencing counters apart; empty keeps Redisson's names.
+	RedisPrefix string `env:"STOCK_REDIS_PREFIX"`
+	// Empty = admin API off (403).
+	AdminToken string `env:"STOCK_ADMIN_TOKEN"`
+	// How orders are guarded: see the README's strategies.
+	Strategy service.Strategy `env:"STOCK_STRATEGY" envDefault:"lock+version"`
+	// `1` to run `none` or `lock` (they can oversell).
+	AllowUnsafe bool `env:"STOCK_ALLOW_UNSAFE" envDefault:"0"`
+	// Longest wait for the SKU lock before 429.
+	LockWait time.Duration `env:"STOCK_LOCK_WAIT" envDefault:"2s"`
+	// `0` = the watchdog's lease; a duration = a fixed lease, never renewed.
+	LockLease time.Duration `env:"STOCK_LOCK_LEASE" envDefault:"0"`
+	// Watchdog lease, renewed every third of it. The gates without a
+	// watchdog (`setnx`, `dbtable`, `redlock`) hold for `STOCK_LOCK_LEASE`,
+	// or for this when it is `0`, never renewed.
+	LockWatchdog time.Duration `env:"STOCK_LOCK_WATCHDOG" envDefault:"30s" min:"30ms" nonzero:"true"`
+	// The SKU lock's gate: `redisson` (the Redis lock), `setnx`, `dbtable` or
+	// `redlock`; see "Which gate when" in docs/reference.md.
+	LockBackend string `env:"STOCK_LOCK_BACKEND" envDefault:"redisson"`
+	// `redlock`: the independent Redis masters, a comma list of an odd
+	// number, at least 3.
+	RedlockAddrs []string `env:"STOCK_REDLOCK_ADDRS"`
+	// `redlock`: bound of each master's call, and never more than a tenth of
+	// the lease.
+	RedlockNodeTimeout time.Duration `env:"STOCK_REDLOCK_NODE_TIMEOUT" envDefault:"100ms" min:"1ms" nonzero:"true"`
+	// On a Redis Cluster, how unlock messages go: `auto` adds
+	// SPUBLISH/SSUBSCRIBE where the cluster has sharded pub/sub (Redis 7+),
+	// as Redisson's default; `classic` keeps to PUBLISH/SUBSCRIBE, for Java
+	// services on the same locks with Redisson's `shardedSubscriptionMode=OFF`.
+	LockPubSub string `env:"STOCK_LOCK_PUBSUB" envDefault:"auto" oneof:"auto,classic"`
+	// `db-only`: orders go on through the conditional UPDATE while Redis is
+	// down; `reject`: 503.
+	OnRedisDown string `env:"STOCK_ON_REDIS_DOWN" envDefault:"db-only" oneof:"db-only,reject"`
+	// `debug`, `info`, `warn` or `error`.
+	LogLevel string `env:"STOCK_LOG_LEVEL" envDefault:"info" oneof:"info,debug,warn,error"`
+	// `json` or `text`.
+	LogFormat string `env:"STOCK_LOG_FORMAT" envDefault:"json" oneof:"json,text"`
+	// Largest quantity of one order.
+	MaxQuantity int `env:"STOCK_MAX_QUANTITY" envDefault:"100" range:"1,1000000"`
+	// `lock+version`: most orders of one SKU placed under one lock
+	// acquisition; `1` = one order per transaction. Keep it at least the
+	// orders of one SKU an instance has waiting at once: the ones past it
+	// wait a whole extra round of the lock.
+	BatchMax int `env:"STOCK_BATCH_MAX" envDefault:"128" range:"1,1000"`
+	// Locking strategies: most orders of one SKU in progress at one instance
+	// (pre-check, queue, batch); past it `429 busy` with `Retry-After`, at
+	// once, touching neither Redis nor MySQL.
+	QueueMax int `env:"STOCK_QUEUE_MAX" envDefault:"2000" range:"1,1000000"`
+	// The sold-out fast path: how long after MySQL said a SKU is sold out
+	// its orders skip the queue and the lock, each answered from one read of
+	// the stock row and its key; `0` = off.
+	SoldOutTTL time.Duration `env:"STOCK_SOLDOUT_TTL" envDefault:"1s" min:"1ms"`
+	// Request body limit, bytes.
+	MaxBody int64 `env:"STOCK_MAX_BODY" envDefault:"4096" range:"64,1048576"`
+	// Bound on finishing in-flight requests at SIGTERM.
+	ShutdownAfter time.Duration `env:"STOCK_SHUTDOWN_TIMEOUT" envDefault:"15s" min:"1s"`
+	// Slow clients are cut off: the request's headers within this.
+	ReadHeaderTimeout time.Duration `env:"STOCK_HTTP_READ_HEADER_TIMEOUT" envDefault:"5s" min:"1ms"`
+	// The whole request within this.
+	ReadTimeout time.Duration `env:"STOCK_HTTP_READ_TIMEOUT" envDefault:"10s" min:"1ms"`
+	// The answer within this.
+	WriteTimeout time.Duration `env:"STOCK_HTTP_WRITE_TIMEOUT" envDefault:"15s" min:"1ms"`
+	// An idle keep-alive connection is closed after this.
+	IdleTimeout time.Duration `env:"STOCK_HTTP_IDLE_TIMEOUT" envDefault:"60s" min:"1ms"`
+	// Serve `net/http/pprof` on this (private) address.
+	PprofAddr string `env:"STOCK_PPROF_ADDR"`
+	// Serve `/metrics` on this (private) address; empty = not served.
+	MetricsAddr string `env:"STOCK_METRICS_ADDR"`
+	// `1` also serves `/metrics` on the public listener.
+	MetricsPublic bool `env:"STOCK_METRICS_PUBLIC" envDefault:"0"`
+	// Requests served at once per instance (probes not counted); past it
+	// `503 overloaded` with `Retry-After`, at once; `0` = no cap.
+	MaxInflight int `env:"STOCK_MAX_INFLIGHT" envDefault:"5000" range:"0,1000000"`
+	// Connections held at once per instance; past it new connections wait
+	// in the kernel's accept queue, and keep-alive is off until the count is
+	// down to half; `0` = no cap.
+	MaxConns int `env:"STOCK_MAX_CONNS" envDefault:"2048" range:"0,1000000"`
+	// Requests per second per client IP on the `/v1` routes except admin,
+	// kept in Redis (GCRA), so shared by all instances; past it `429
+	// rate-limited` with `Retry-After` and the RateLimit headers; `0` = off.
+	RateIP int `env:"STOCK_RATE_IP" envDefault:"0" range:"0,1000000"`
+	// The per-IP burst; `0` = the rate.
+	RateIPBurst int `env:"STOCK_RATE_IP_BURST" envDefault:"0" range:"0,1000000"`
+	// Requests per second per buyer (token `sub`) on the order routes, like
+	// `STOCK_RATE_IP`; `0` = off.
+	RateBuyer int `env:"STOCK_RATE_BUYER" envDefault:"0" range:"0,1000000"`
+	// The per-buyer burst; `0` = the rate.
+	RateBuyerBurst int `env:"STOCK_RATE_BUYER_BURST" envDefault:"0" range:"0,1000000"`
+	// `open`: requests pass while the limiter cannot ask Redis; `closed`:
+	// they get 429.
+	RateOnRedisDown string `env:"STOCK_RATE_ON_REDIS_DOWN" envDefault:"open" oneof:"open,closed"`
+	// IPs or CIDRs of the proxies whose `X-Forwarded-For` is believed; empty
+	// = the client IP is the TCP peer.
+	TrustedProxies []string `env:"STOCK_TRUSTED_PROXIES"`
+	// HS256 secret of the buyers' tokens, at least 32 bytes; `serve` needs
+	// it or `STOCK_JWT_PUBLIC_KEY_FILE`.
+	JWTSecret string `env:"STOCK_JWT_SECRET"`
+	// PEM public key (Ed25519 or RSA) of your identity provider: EdDSA or
+	// RS256 tokens.
+	JWTPublicKeyFile string `env:"STOCK_JWT_PUBLIC_KEY_FILE"`
+	// Required `iss` of the buyers' tokens, when set.
+	JWTIssuer string `env:"STOCK_JWT_ISSUER"`
+	// Required `aud` of the buyers' tokens, when set.
+	JWTAudience string `env:"STOCK_JWT_AUDIENCE"`
+	// Verified tokens each instance remembers until their `exp`, so a
+	// buyer's retries skip the signature check; `0` = off.
+	JWTCacheSize int `env:"STOCK_JWT_CACHE_SIZE" envDefault:"50000" range:"0,1000000"`
+	// Fault runs only: sleep inside the critical section before COMMIT.
+	CriticalDelay time.Duration `env:"STOCK_TEST_CRITICAL_DELAY" envDefault:"0"`
+	// The traces' `service.name` (empty: `stock`, or the `service.name` of
+	// `OTEL_RESOURCE_ATTRIBUTES`).
+	ServiceName string `env:"OTEL_SERVICE_NAME"`
+
+	// Tracing exports traces over OTLP/HTTP: on when
 	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is
-	// set, unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The
-	// exporter reads the other OTEL_EXPORTER_OTLP_* variables itself.
+	// set, unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none (the
+	// exporter reads the other OTEL_ variables itself).
 	Tracing bool
-	// ServiceName is OTEL_SERVICE_NAME (empty: "stock", or the service.name
-	// of OTEL_RESOURCE_ATTRIBUTES).
-	ServiceName string
-	// LockBackend is the SKU lock's gate (skulock.Backends()); the ones
-	// without a watchdog hold for LockLease, or LockWatchdog when it is 0.
-	LockBackend        string
-	RedlockAddrs       []string      // the independent masters of the redlock backend
-	RedlockNodeTimeout time.Duration // bound of each master's call
 }
 
-// ParseEnv reads the configuration from the STOCK_ variables of getenv and
-// the OTEL_ variables that switch tracing on; its error names the first bad
-// variable.
-func ParseEnv(getenv func(string) string) (Config, error) {
-	p := envParser{getenv: getenv}
-	c := Config{
-		HTTPAddr:      p.str("STOCK_HTTP_ADDR", ":8080"),
-		MySQLDSN:      p.str("STOCK_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stock?parseTime=true"),
-		MySQLConns:    p.integer("STOCK_MYSQL_MAX_CONNS", 20, 1, 1000),
-		RedisAddrs:    strings.Split(p.str("STOCK_REDIS_ADDRS", "127.0.0.1:6379"), ","),
-		RedisMaster:   p.str("STOCK_REDIS_MASTER", ""),
-		RedisPassword: p.str("STOCK_REDIS_PASSWORD", ""),
-		RedisDB:       p.integer("STOCK_REDIS_DB", 0, 0, 1<<20),
-		RedisTimeout:  p.duration("STOCK_REDIS_TIMEOUT", 500*time.Millisecond, time.Millisecond),
-		AdminToken:    p.str("STOCK_ADMIN_TOKEN", ""),
-		AllowUnsafe:   p.boolean("STOCK_ALLOW_UNSAFE", false),
-		LockWait:      p.duration("STOCK_LOCK_WAIT", 2*time.Second, 0),
-		LockLease:     p.duration("STOCK_LOCK_LEASE", 0, 0),
-		LockWatchdog:  p.duration("STOCK_LOCK_WATCHDOG", 30*time.Second, 30*time.Millisecond),
-		MaxQuantity:   p.integer("STOCK_MAX_QUANTITY", 100, 1, 1_000_000),
-		BatchMax:      p.integer("STOCK_BATCH_MAX", 128, 1, 1000),
-		QueueMax:      p.integer("STOCK_QUEUE_MAX", service.DefaultQueueMax, 1, 1_000_000),
-		SoldOutTTL:    p.duration("STOCK_SOLDOUT_TTL", time.Second, time.Millisecond),
-		RedisPrefix:   p.str("STOCK_REDIS_PREFIX", ""),
-		MaxBody:       int64(p.integer("STOCK_MAX_BODY", 4096, 64, 1<<20)),
-		ShutdownAfter: p.duration("STOCK_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second),
-		CriticalDelay: p.duration("STOCK_TEST_CRITICAL_DELAY", 0, 0),
+// RejectOnRedis reports whether orders are refused while Redis is down.
+func (c Config) RejectOnRedis() bool { return c.OnRedisDown == "reject" }
 
-		ReadHeaderTimeout: p.duration("STOCK_HTTP_READ_HEADER_TIMEOUT", 5*time.Second, time.Millisecond),
-		ReadTimeout:       p.duration("STOCK_HTTP_READ_TIMEOUT", 10*time.Second, time.Millisecond),
-		WriteTimeout:      p.duration("STOCK_HTTP_WRITE_TIMEOUT", 15*time.Second, time.Millisecond),
-		IdleTimeout:       p.duration("STOCK_HTTP_IDLE_TIMEOUT", 60*time.Second, time.Millisecond),
-		PprofAddr:         p.str("STOCK_PPROF_ADDR", ""),
-		MetricsAddr:       p.str("STOCK_METRICS_ADDR", ""),
-		MetricsPublic:     p.boolean("STOCK_METRICS_PUBLIC", false),
-		MaxInflight:       p.integer("STOCK_MAX_INFLIGHT", 5000, 0, 1_000_000),
-		MaxConns:          p.integer("STOCK_MAX_CONNS", 2048, 0, 1_000_000),
-		RateIP:            p.integer("STOCK_RATE_IP", 0, 0, 1_000_000),
-		RateIPBurst:       p.integer("STOCK_RATE_IP_BURST", 0, 0, 1_000_000),
-		RateBuyer:         p.integer("STOCK_RATE_BUYER", 0, 0, 1_000_000),
-		RateBuyerBurst:    p.integer("STOCK_RATE_BUYER_BURST", 0, 0, 1_000_000),
-		JWTSecret:         p.str("STOCK_JWT_SECRET", ""),
-		JWTPublicKeyFile:  p.str("STOCK_JWT_PUBLIC_KEY_FILE", ""),
-		JWTIssuer:         p.str("STOCK_JWT_ISSUER", ""),
-		JWTAudience:       p.str("STOCK_JWT_AUDIENCE", ""),
-		JWTCacheSize:      p.integer("STOCK_JWT_CACHE_SIZE", 50_000, 0, 1_000_000),
+// RateFailOpen reports whether requests pass while the rate limiter cannot
+// ask Redis.
+func (c Config) RateFailOpen() bool { return c.RateOnRedisDown == "open" }
+
+// LockClassicPubSub reports whether unlock messages keep to
+// PUBLISH/SUBSCRIBE on a cluster.
+func (c Config) LockClassicPubSub() bool { return c.LockPubSub == "classic" }
+
+// LogJSON reports whether the log is JSON lines.
+func (c Config) LogJSON() bool { return c.LogFormat == "json" }
+
+// Level is the log's level.
+func (c Config) Level() slog.Level {
+	return map[string]slog.Level{"debug": slog.LevelDebug, "warn": slog.LevelWarn, "error": slog.LevelError}[c.LogLevel]
+}
+
+// ParseEnv reads the configuration from the variables of getenv (an empty
+// one is unset); its error names the first bad variable.
+func ParseEnv(getenv func(string) string) (Config, error) {
+	var c Config
+	vars, err := env.GetFieldParams(&c)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	c.LockClassicPubSub = p.choice("STOCK_LOCK_PUBSUB", "auto", "classic") == "classic"
-	p.lockBackend(&c)
-	if c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecret {
-		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))
-	}
-	if c.RateIPBurst == 0 {
-		c.RateIPBurst = c.RateIP
-	}
-	if c.RateBuyerBurst == 0 {
-		c.RateBuyerBurst = c.RateBuyer
-	}
-	c.RateFailOpen = p.choice("STOCK_RATE_ON_REDIS_DOWN", "open", "closed") == "open"
-	for _, x := range strings.Split(p.str("STOCK_TRUSTED_PROXIES", ""), ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			c.TrustedProxies = append(c.TrustedProxies, x)
+	set := make(map[string]string, len(vars))
+	for _, v := range vars {
+		if x := getenv(v.Key); x != "" {
+			set[v.Key] = x
 		}
 	}
-	p.redisAndStrategy(&c)
-	c.RejectOnRedis = p.choice("STOCK_ON_REDIS_DOWN", "db-only", "reject") == "reject"
-	levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
-	c.LogLevel = levels[p.choice("STOCK_LOG_LEVEL", "info", "debug", "warn", "error")]
-	c.Tracing, c.ServiceName = p.tracing()
-	c.LogJSON = p.choice("STOCK_LOG_FORMAT", "json", "text") == "json"
+	if err := env.ParseWithOptions(&c, env.Options{Environment: set}); err != nil {
+		return Config{}, parseFailure(err, set)
+	}
+	p := checker{set: set}
+	p.bounds(&c)
+	p.lists(&c)
+	p.settings(&c)
+	c.Tracing = p.tracing(getenv)
 	return c, p.err
 }
 
-// redisAndStrategy checks the Redis settings of c and reads STOCK_STRATEGY,
-// which an unsafe strategy may only name with STOCK_ALLOW_UNSAFE.
-func (p *envParser) redisAndStrategy(c *Config) {
-	if c.RedisTimeout == 0 {
-		p.fail("STOCK_REDIS_TIMEOUT", "must be a duration of at least 1ms")
+// parseFailure is ParseEnv's error for a value env could not parse: it
+// names the variable and says what is wanted there.
+func parseFailure(err error, set map[string]string) error {
+	var pe env.ParseError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("config: %w", err)
 	}
-	if c.LockWatchdog == 0 {
-		p.fail("STOCK_LOCK_WATCHDOG", "must be a duration of at least 30ms")
-	}
-	for i, a := range c.RedisAddrs {
-		c.RedisAddrs[i] = strings.TrimSpace(a)
-		if c.RedisAddrs[i] == "" {
-			p.fail("STOCK_REDIS_ADDRS", "an empty address in the list")
-		}
-	}
-	strategy, safe, err := service.ParseStrategy(p.str("STOCK_STRATEGY", string(service.StrategyLockVersion)))
-	if err != nil {
-		p.fail("STOCK_STRATEGY", fmt.Sprintf("%v; want one of %v", err, service.Strategies()))
-	} else if !safe && !c.AllowUnsafe {
-		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", strategy))
-	}
-	c.Strategy = strategy
+	f, _ := reflect.TypeFor[Config]().FieldByName(pe.Name)
+	name := f.Tag.Get("env")
+	return fmt.Errorf("config: %s: %q is not %s", name, set[name], wanted(f))
 }
 
-// lockBackend reads STOCK_LOCK_BACKEND and the Redlock settings into c.
-func (p *envParser) lockBackend(c *Config) {
-	c.LockBackend = p.str("STOCK_LOCK_BACKEND", skulock.BackendRedisson)
-	if !skulock.ValidBackend(c.LockBackend) {
-		p.fail("STOCK_LOCK_BACKEND", fmt.Sprintf("%q; want one of %v", c.LockBackend, skulock.Backends()))
+// wanted says what a field's variable takes.
+func wanted(f reflect.StructField) string {
+	switch {
+	case f.Type == reflect.TypeFor[time.Duration]():
+		return "a duration of at least " + cmp.Or(f.Tag.Get("min"), "0s") + " (e.g. 2s, 500ms)"
+	case f.Type.Kind() == reflect.Bool:
+		return "a boolean (1, 0, true, false)"
+	case f.Tag.Get("range") != "":
+		lo, hi, _ := strings.Cut(f.Tag.Get("range"), ",")
+		return "an integer from " + lo + " to " + hi
+	case f.Tag.Get("oneof") != "":
+		return "one of " + f.Tag.Get("oneof")
 	}
-	if v := p.str("STOCK_REDLOCK_ADDRS", ""); v != "" {
-		for _, a := range strings.Split(v, ",") {
-			c.RedlockAddrs = append(c.RedlockAddrs, strings.TrimSpace(a))
-		}
-	}
-	if slices.Contains(c.RedlockAddrs, "") {
-		p.fail("STOCK_REDLOCK_ADDRS", "an empty address in the list")
-	} else if n := len(c.RedlockAddrs); c.LockBackend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
-		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
-	}
-	c.RedlockNodeTimeout = p.duration("STOCK_REDLOCK_NODE_TIMEOUT", skulock.DefaultNodeTimeout, time.Millisecond)
-	if c.RedlockNodeTimeout == 0 {
-		p.fail("STOCK_REDLOCK_NODE_TIMEOUT", "must be a duration of at least 1ms")
-	}
+	return "valid here"
 }
 
-// envParser reads variables, keeping the first error, which names the variable.
-type envParser struct {
-	getenv func(string) string
-	err    error
+// checker checks the parsed values, keeping the first error, which names
+// the variable.
+type checker struct {
+	set map[string]string // the variables set, by name
+	err error
 }
 
-func (p *envParser) fail(name, msg string) {
+func (p *checker) fail(name, msg string) {
 	if p.err == nil {
 		p.err = fmt.Errorf("config: %s: %s", name, msg)
 	}
 }
 
-func (p *envParser) str(name, def string) string {
-	if v := p.getenv(name); v != "" {
-		return v
+// bounds checks every field's range, min and oneof tags.
+func (p *checker) bounds(c *Config) {
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		f, x := v.Type().Field(i), v.Field(i)
+		name := f.Tag.Get("env")
+		bad := false
+		if r := f.Tag.Get("range"); r != "" {
+			lo, hi, _ := strings.Cut(r, ",")
+			n, l, h := x.Int(), atoi(lo), atoi(hi)
+			bad = n < l || n > h
+		}
+		if m := f.Tag.Get("min"); m != "" || f.Type == reflect.TypeFor[time.Duration]() {
+			d, lo := time.Duration(x.Int()), mustDuration(cmp.Or(m, "0s"))
+			bad = d < 0 || d != 0 && d < lo || d == 0 && f.Tag.Get("nonzero") == "true"
+		}
+		if o := f.Tag.Get("oneof"); o != "" {
+			x.SetString(strings.ToLower(x.String()))
+			bad = !slices.Contains(strings.Split(o, ","), x.String())
+		}
+		if bad {
+			p.fail(name, fmt.Sprintf("%q is not %s", p.set[name], wanted(f)))
+		}
 	}
-	return def
 }
 
-// choice reads name as one of def and others (case-insensitive); any other
-// value fails, naming them, and reads as def.
-func (p *envParser) choice(name, def string, others ...string) string {
-	v := strings.ToLower(p.str(name, def))
-	all := append([]string{def}, others...)
-	if slices.Contains(all, v) {
-		return v
+// lists trims the comma lists' entries and refuses empty ones (the
+// trusted proxies skip them).
+func (p *checker) lists(c *Config) {
+	trim := func(name string, list []string) []string {
+		for i, a := range list {
+			if list[i] = strings.TrimSpace(a); list[i] == "" {
+				p.fail(name, "an empty address in the list")
+			}
+		}
+		return list
 	}
-	want := strings.Join(all[:len(all)-1], ", ") + " or " + all[len(all)-1]
-	p.fail(name, fmt.Sprintf("%q; want %s", v, want))
-	return def
+	c.RedisAddrs = trim("STOCK_REDIS_ADDRS", c.RedisAddrs)
+	c.RedlockAddrs = trim("STOCK_REDLOCK_ADDRS", c.RedlockAddrs)
+	proxies := c.TrustedProxies[:0]
+	for _, x := range c.TrustedProxies {
+		if x = strings.TrimSpace(x); x != "" {
+			proxies = append(proxies, x)
+		}
+	}
+	c.TrustedProxies = proxies
 }
 
-func (p *envParser) integer(name string, def, lo, hi int) int {
-	v := p.getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		p.fail(name, fmt.Sprintf("%q is not an integer from %d to %d", v, lo, hi))
-		return def
-	}
-	return n
-}
-
-func (p *envParser) duration(name string, def, lo time.Duration) time.Duration {
-	v := p.getenv(name)
-	if v == "" {
-		return def
-	}
-	if v == "0" {
-		v = "0s"
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 || d != 0 && d < lo {
-		p.fail(name, fmt.Sprintf("%q is not a duration of at least %v (e.g. 2s, 500ms)", v, lo))
-		return def
-	}
-	return d
-}
-
-func (p *envParser) boolean(name string, def bool) bool {
-	v := p.getenv(name)
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
+// settings checks what depends on more than one value: the strategy, the
+// lock backend, the JWT secret, and the bursts' defaults.
+func (p *checker) settings(c *Config) {
+	strategy, safe, err := service.ParseStrategy(string(c.Strategy))
 	if err != nil {
-		p.fail(name, fmt.Sprintf("%q is not a boolean (1, 0, true, false)", v))
-		return def
+		p.fail("STOCK_STRATEGY", fmt.Sprintf("%v; want one of %v", err, service.Strategies()))
+	} else if !safe && !c.AllowUnsafe {
+		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", strategy))
 	}
-	return b
+	if !skulock.ValidBackend(c.LockBackend) {
+		p.fail("STOCK_LOCK_BACKEND", fmt.Sprintf("%q; want one of %v", c.LockBackend, skulock.Backends()))
+	}
+	if n := len(c.RedlockAddrs); c.LockBackend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
+		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
+	}
+	if c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecret {
+		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))
+	}
+	c.RateIPBurst = cmp.Or(c.RateIPBurst, c.RateIP)
+	c.RateBuyerBurst = cmp.Or(c.RateBuyerBurst, c.RateBuyer)
 }
+
+func atoi(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+
+func mustDuration(s string) time.Duration { d, _ := time.ParseDuration(s); return d }
 
 // tracing reads the standard OpenTelemetry variables that decide whether
-// traces are exported, and OTEL_SERVICE_NAME.
-func (p *envParser) tracing() (on bool, serviceName string) {
-	on = p.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || p.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
-	if v := p.getenv("OTEL_SDK_DISABLED"); v != "" {
+// traces are exported.
+func (p *checker) tracing(getenv func(string) string) (on bool) {
+	on = getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	if v := getenv("OTEL_SDK_DISABLED"); v != "" {
 		if off, err := strconv.ParseBool(v); err != nil {
 			p.fail("OTEL_SDK_DISABLED", fmt.Sprintf("%q is not a boolean (true, false)", v))
 		} else if off {
 			on = false
 		}
 	}
-	switch v := p.getenv("OTEL_TRACES_EXPORTER"); v {
+	switch v := getenv("OTEL_TRACES_EXPORTER"); v {
 	case "", "otlp":
 	case "none":
 		on = false
@@ -306,9 +344,9 @@ func (p *envParser) tracing() (on bool, serviceName string) {
 	}
 	// The exporter is OTLP/HTTP; it would ignore a request for gRPC.
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
-		if v := p.getenv(name); v != "" && v != "http/protobuf" {
+		if v := getenv(name); v != "" && v != "http/protobuf" {
 			p.fail(name, fmt.Sprintf("%q; only http/protobuf is supported", v))
 		}
 	}
-	return on, p.getenv("OTEL_SERVICE_NAME")
+	return on
 }

@@ -49,13 +49,13 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.HTTPAddr != ":8080" || cfg.Strategy != "lock+version" || cfg.LockWait != 2*time.Second || cfg.LockLease != 0 ||
-		cfg.LockWatchdog != 30*time.Second || cfg.RejectOnRedis || cfg.RedisAddrs[0] != "127.0.0.1:6379" ||
-		cfg.MySQLDSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.LogJSON || cfg.JWTCacheSize != 50_000 || cfg.BatchMax != 128 {
+		cfg.LockWatchdog != 30*time.Second || cfg.RejectOnRedis() || cfg.RedisAddrs[0] != "127.0.0.1:6379" ||
+		cfg.MySQLDSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.LogJSON() || cfg.JWTCacheSize != 50_000 || cfg.BatchMax != 128 {
 		t.Fatalf("defaults = %+v; want the README's documented defaults", cfg)
 	}
 	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
 		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2"}))
-	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" {
+	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis() || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" {
 		t.Fatalf("app.ParseEnv = %+v, %v", cfg, err)
 	}
 }

@@ -13,9 +13,9 @@ import (
 // span's trace_id and span_id, so a log line can be found from its trace
 // and the other way round.
 func NewLogger(cfg Config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	opts := &slog.HandlerOptions{Level: cfg.Level()}
 	var h slog.Handler
-	if cfg.LogJSON {
+	if cfg.LogJSON() {
 		h = slog.NewJSONHandler(w, opts)
 	} else {
 		h = slog.NewTextHandler(w, opts)

@@ -3,7 +3,6 @@ package app_test
 import (
 	"encoding/json"
 	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -60,7 +59,7 @@ func accessLine(t *testing.T, logs *testlog.Buffer, route string, status int) ma
 func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *testlog.Buffer) {
 	t.Helper()
 	cfg := apptest.Config(apptest.Database(t))
-	cfg.LogLevel = slog.LevelDebug
+	cfg.LogLevel = "debug"
 	logs := &testlog.Buffer{}
 	var opts []app.Option
 	if tp != nil {

@@ -96,7 +96,9 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	if o.redisAddr != "" {
 		cfg.RedisAddrs = []string{o.redisAddr}
 	}
-	cfg.RejectOnRedis = o.reject
+	if o.reject {
+		cfg.OnRedisDown = "reject"
+	}
 	cfg.LockWait = 5 * time.Second
 	if o.lockWait != 0 {
 		cfg.LockWait = o.lockWait
