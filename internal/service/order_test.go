@@ -19,6 +19,7 @@ import (
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/skulock/redisson"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -77,7 +78,7 @@ func newEnv(t *testing.T, cfg service.Config) *env {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	locker := skulock.Redis{Client: newLocks()}
+	locker := redisson.Locker{Client: newLocks()}
 	svc := service.New(cfg, store, locker, nil, m)
 	return &env{svc: svc, store: store, locker: locker, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
 }

@@ -14,20 +14,22 @@ import (
 
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/skulock/dbtable"
+	"github.com/seckill/stock/internal/skulock/redlock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
 // redlockOn returns a Redlock over the servers, with the node timeout the
 // race detector needs on a shared machine.
-func redlockOn(t *testing.T, servers []*testserver.Redis) *skulock.Redlock {
+func redlockOn(t *testing.T, servers []*testserver.Redis) *redlock.Locker {
 	t.Helper()
 	var nodes []redis.UniversalClient
 	for _, s := range servers {
-		c := redis.NewClient(skulock.RedlockNodeOptions(s.Addr, "", 300*time.Millisecond))
+		c := redis.NewClient(redlock.NodeOptions(s.Addr, "", 300*time.Millisecond))
 		t.Cleanup(func() { _ = c.Close() })
 		nodes = append(nodes, c)
 	}
-	l := skulock.NewRedlock(nodes, "", 10*time.Second, 300*time.Millisecond, nil)
+	l := redlock.New(nodes, "", 10*time.Second, 300*time.Millisecond, nil)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
@@ -194,7 +196,7 @@ func TestDBTableTakeoverAndReap(t *testing.T) {
 	if err := db.QueryRowContext(ctx, "SELECT MAX(id) FROM sku_locks").Scan(&deadID); err != nil {
 		t.Fatal(err)
 	}
-	l := skulock.NewDBTable(db, 10*time.Second, nil)
+	l := dbtable.New(db, 10*time.Second, nil)
 	defer func() { _ = l.Close() }()
 	h := mustLock(t, l, "crashed", time.Second, 5*time.Second)
 	if h.Fence() <= deadID {

@@ -11,6 +11,10 @@ import (
 
 	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock/dbtable"
+	"github.com/seckill/stock/internal/skulock/redisson"
+	"github.com/seckill/stock/internal/skulock/redlock"
+	"github.com/seckill/stock/internal/skulock/setnx"
 )
 
 // The backends of Open (STOCK_LOCK_BACKEND).
@@ -42,7 +46,7 @@ type Config struct {
 
 	RedlockAddrs  []string      // redlock: the independent masters
 	RedisPassword string        // redlock: of every master
-	NodeTimeout   time.Duration // redlock: per node call (default DefaultNodeTimeout)
+	NodeTimeout   time.Duration // redlock: per node call (default redlock.DefaultNodeTimeout)
 
 	// Lease is the lease of a TryLock with lease 0 for the backends without
 	// a watchdog (setnx, dbtable, redlock); required for them.
@@ -68,35 +72,43 @@ func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error)
 		if cfg.Locks == nil {
 			return nil, nil, errors.New("skulock: backend redisson: no lock client")
 		}
-		return Redis{Client: cfg.Locks}, none, nil
+		return redisson.Locker{Client: cfg.Locks}, none, nil
 	case BackendSetNX:
 		if cfg.Redis == nil {
 			return nil, nil, errors.New("skulock: backend setnx: no Redis client")
 		}
-		l := NewSetNX(cfg.Redis, cfg.Prefix, cfg.Lease, cfg.Lost)
+		l := setnx.New(cfg.Redis, cfg.Prefix, cfg.Lease, cfg.Lost)
 		return l, l.Close, nil
 	case BackendDBTable:
 		if cfg.MySQLConns <= 0 {
 			cfg.MySQLConns = 8
 		}
-		db, err := openDB(cfg.MySQLDSN, cfg.MySQLConns)
+		db, err := dbtable.OpenDB(cfg.MySQLDSN, cfg.MySQLConns)
 		if err != nil {
 			return nil, nil, err
 		}
-		l := NewDBTable(db, cfg.Lease, cfg.Lost)
-		l.owned = true
-		return l, l.Close, nil
+		l := dbtable.New(db, cfg.Lease, cfg.Lost)
+		return l, func() error { return errors.Join(l.Close(), db.Close()) }, nil
 	case BackendRedlock:
 		if len(cfg.RedlockAddrs) == 0 {
 			return nil, nil, errors.New("skulock: backend redlock: no master addresses")
 		}
 		var nodes []redis.UniversalClient
 		for _, a := range cfg.RedlockAddrs {
-			nodes = append(nodes, redis.NewClient(RedlockNodeOptions(a, cfg.RedisPassword, cfg.NodeTimeout)))
+			nodes = append(nodes, redis.NewClient(redlock.NodeOptions(a, cfg.RedisPassword, cfg.NodeTimeout)))
 		}
-		l := NewRedlock(nodes, cfg.Prefix, cfg.Lease, cfg.NodeTimeout, cfg.Lost)
-		l.owned = true
-		return l, l.Close, nil
+		l := redlock.New(nodes, cfg.Prefix, cfg.Lease, cfg.NodeTimeout, cfg.Lost)
+		return l, func() error {
+			err := l.Close()
+			for _, n := range nodes {
+				err = errors.Join(err, n.Close())
+			}
+			return err
+		}, nil
 	}
 	return nil, nil, fmt.Errorf("skulock: unknown backend %q; want one of %v", cfg.Backend, Backends())
 }
+
+// DefaultNodeTimeout is the redlock backend's default bound of each
+// master's call.
+const DefaultNodeTimeout = redlock.DefaultNodeTimeout

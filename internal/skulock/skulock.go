@@ -1,20 +1,21 @@
 // Package skulock is the service's Locker (one lock per SKU, named
-// Name(sku)) on four gates, selected by Open's Config.Backend
-// (STOCK_LOCK_BACKEND):
+// Name(sku)) on four gates, each a subpackage behind service.Locker with
+// its own dependencies (gate holds what they share), selected by Open's
+// Config.Backend (STOCK_LOCK_BACKEND):
 //
-//   - redisson (Redis): the Redis lock of internal/lock: re-entry, a
+//   - redisson: the Redis lock of internal/lock: re-entry, a
 //     watchdog that renews the lease, pub/sub wake-up, fair waiting, fencing
 //     tokens; lock.ErrNotObtained is mapped onto service.ErrLockNotObtained,
 //     so the service does not depend on the lock package.
-//   - setnx (SetNX): the bare Redis gate, SET key token NX PX lease with a
+//   - setnx: the bare Redis gate, SET key token NX PX lease with a
 //     random token, released by a compare-and-delete script; polling with a
 //     jittered, bounded backoff; no re-entry, no watchdog.
-//   - dbtable (DBTable): a row per held lock in the stock database's
+//   - dbtable: a row per held lock in the stock database's
 //     sku_locks table (migration 00003): INSERT is the acquire (the unique
 //     key on the name excludes), DELETE by id and owner the release, an
 //     expiry column on the server's clock lets a crashed holder's row be
 //     taken over, and a reaper deletes expired rows.
-//   - redlock (Redlock): SET NX PX on N independent Redis masters, held when
+//   - redlock: SET NX PX on N independent Redis masters, held when
 //     a majority (N/2+1) granted it, for the lease minus the time the acquire
 //     took minus a clock drift allowance; released on every node.
 //
@@ -68,30 +69,19 @@
 // the orders and relies on the version check instead.
 package skulock
 
-import (
-	"context"
-	"errors"
-	"time"
-
-	"github.com/seckill/stock/internal/lock"
-	"github.com/seckill/stock/internal/service"
-)
+import "github.com/seckill/stock/internal/skulock/gate"
 
 // Name is the lock of sku: "stock:{<sku>}" (the braces keep the lock's
 // companion keys in one Redis Cluster slot).
-func Name(sku string) string { return "stock:{" + sku + "}" }
+func Name(sku string) string { return gate.Name(sku) }
 
-// Redis is the service.Locker on a lock.Client.
-type Redis struct{ Client *lock.Client }
-
-// TryLock takes sku's lock; see service.Locker.
-func (l Redis) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
-	h, err := l.Client.Mutex(Name(sku)).TryLock(ctx, wait, lease)
-	if errors.Is(err, lock.ErrNotObtained) {
-		return nil, errors.Join(service.ErrLockNotObtained, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
-}
+var (
+	// ErrNotHeld is returned by Unlock of a hold whose lock had expired, was
+	// taken over or was already released. It is lock.ErrNotHeld, so one
+	// errors.Is covers every backend.
+	ErrNotHeld = gate.ErrNotHeld
+	// ErrLockLost is the cause of a hold's context (and its Err) once the
+	// lock may be held by someone else: for the backends without a
+	// watchdog, when its lease ran out. It is lock.ErrLockLost.
+	ErrLockLost = gate.ErrLockLost
+)

@@ -11,6 +11,7 @@ import (
 	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/skulock/redisson"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -21,7 +22,7 @@ func TestRedisLocker(t *testing.T) {
 	defer func() { _ = rdb.Close() }()
 	c := lock.New(rdb)
 	defer func() { _ = c.Close() }()
-	l := skulock.Redis{Client: c}
+	l := redisson.Locker{Client: c}
 	ctx := context.Background()
 	sku := "skulock-" + time.Now().Format("150405.000000")
 	h, err := l.TryLock(ctx, sku, time.Second, 0)
@@ -33,7 +34,7 @@ func TestRedisLocker(t *testing.T) {
 	}
 	other := lock.New(rdb)
 	defer func() { _ = other.Close() }()
-	_, err = skulock.Redis{Client: other}.TryLock(ctx, sku, 50*time.Millisecond, 0)
+	_, err = redisson.Locker{Client: other}.TryLock(ctx, sku, 50*time.Millisecond, 0)
 	if !errors.Is(err, service.ErrLockNotObtained) || !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held SKU = %v; want service.ErrLockNotObtained wrapping lock.ErrNotObtained", err)
 	}

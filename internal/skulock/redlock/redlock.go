@@ -1,4 +1,6 @@
-package skulock
+// Package redlock is the SKU lock's Redlock gate: SET NX PX on N
+// independent Redis masters, held by a majority.
+package redlock
 
 import (
 	"context"
@@ -11,27 +13,28 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock/gate"
+	"github.com/seckill/stock/internal/skulock/setnx"
 )
 
 var (
-	//go:embed redlock_raise.lua
+	//go:embed raise.lua
 	redlockRaiseSrc string
 	redlockRaise    = redis.NewScript(redlockRaiseSrc)
 )
 
-// Redlock is the service.Locker over N independent Redis masters (no
+// Locker is the service.Locker over N independent Redis masters (no
 // replication between them): the lock is held when a majority (N/2+1)
 // granted SET NX PX within the lease, for the lease minus the time the
 // acquire took minus a clock drift allowance. It is safe for concurrent
 // use; Close closes the clients it opened and waits for its clean-up.
-type Redlock struct {
+type Locker struct {
 	nodes   []redis.UniversalClient
-	owned   bool // Close closes the nodes
 	prefix  string
 	lease   time.Duration
 	timeout time.Duration // per node call
 	lost    func()
-	bg      background
+	bg      gate.Background
 }
 
 // RedlockDrift is the clock drift factor: a hold's validity is its lease
@@ -41,29 +44,29 @@ type Redlock struct {
 const RedlockDrift = 0.01
 
 // DefaultNodeTimeout bounds each node's call (acquire, raise, release) when
-// NewRedlock is given 0: far below any sensible lease, so a dead or paused
+// New is given 0: far below any sensible lease, so a dead or paused
 // node costs the acquire this much, not the lease.
 const DefaultNodeTimeout = 100 * time.Millisecond
 
-// NewRedlock returns the locker over nodes (3 or 5 independent masters is
+// New returns the locker over nodes (3 or 5 independent masters is
 // the usual choice; any N >= 1 works, with quorum N/2+1). lease is what
 // TryLock's lease 0 means; timeout bounds each node's call (0:
 // DefaultNodeTimeout, and never more than a tenth of the lease used); lost,
 // if set, is called once per hold that reached its deadline unreleased.
-// Keys on each node: prefix+"redlock:"+Name(sku) and
-// prefix+"redlock_fence:"+Name(sku).
-func NewRedlock(nodes []redis.UniversalClient, prefix string, lease, timeout time.Duration, lost func()) *Redlock {
+// Keys on each node: prefix+"redlock:"+gate.Name(sku) and
+// prefix+"redlock_fence:"+gate.Name(sku).
+func New(nodes []redis.UniversalClient, prefix string, lease, timeout time.Duration, lost func()) *Locker {
 	if timeout <= 0 {
 		timeout = DefaultNodeTimeout
 	}
-	return &Redlock{nodes: nodes, prefix: prefix, lease: lease, timeout: timeout, lost: lost}
+	return &Locker{nodes: nodes, prefix: prefix, lease: lease, timeout: timeout, lost: lost}
 }
 
-// RedlockNodeOptions are the client options Open uses for each master: no
+// NodeOptions are the client options Open uses for each master: no
 // command retries (a resend of an acquire is answered correctly by the
 // script, but the time it takes belongs to the lease) and dial, read and
 // write timeouts of the node timeout.
-func RedlockNodeOptions(addr, password string, timeout time.Duration) *redis.Options {
+func NodeOptions(addr, password string, timeout time.Duration) *redis.Options {
 	if timeout <= 0 {
 		timeout = DefaultNodeTimeout
 	}
@@ -71,19 +74,19 @@ func RedlockNodeOptions(addr, password string, timeout time.Duration) *redis.Opt
 		WriteTimeout: timeout, MaxRetries: -1, DialerRetries: 1, PoolSize: 32}
 }
 
-func (l *Redlock) quorum() int { return len(l.nodes)/2 + 1 }
+func (l *Locker) quorum() int { return len(l.nodes)/2 + 1 }
 
-func (l *Redlock) keys(sku string) []string {
-	return []string{l.prefix + "redlock:" + Name(sku), l.prefix + "redlock_fence:" + Name(sku)}
+func (l *Locker) keys(sku string) []string {
+	return []string{l.prefix + "redlock:" + gate.Name(sku), l.prefix + "redlock_fence:" + gate.Name(sku)}
 }
 
 // nodeTimeout is the bound of one node's call for a hold of lease.
-func (l *Redlock) nodeTimeout(lease time.Duration) time.Duration {
+func (l *Locker) nodeTimeout(lease time.Duration) time.Duration {
 	return max(min(l.timeout, lease/10), time.Millisecond)
 }
 
 // onAll runs f against every node in parallel, each under the node timeout.
-func (l *Redlock) onAll(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int, rdb redis.UniversalClient)) {
+func (l *Locker) onAll(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int, rdb redis.UniversalClient)) {
 	var wg sync.WaitGroup
 	for i, rdb := range l.nodes {
 		wg.Add(1)
@@ -100,12 +103,12 @@ func (l *Redlock) onAll(ctx context.Context, timeout time.Duration, f func(ctx c
 // releaseAll sends the compare-and-delete to every node, also those that
 // failed or refused: an acquire whose reply was lost may have landed there.
 // It returns how many nodes deleted the hold's key and the errors.
-func (l *Redlock) releaseAll(ctx context.Context, timeout time.Duration, key, token string) (int, error) {
+func (l *Locker) releaseAll(ctx context.Context, timeout time.Duration, key, token string) (int, error) {
 	var mu sync.Mutex
 	var n int
 	var errs []error
 	l.onAll(ctx, timeout, func(ctx context.Context, i int, rdb redis.UniversalClient) {
-		v, err := setnxRelease.Run(ctx, rdb, []string{key}, token).Int64()
+		v, err := setnx.ReleaseScript.Run(ctx, rdb, []string{key}, token).Int64()
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -122,20 +125,20 @@ func (l *Redlock) releaseAll(ctx context.Context, timeout time.Duration, key, to
 // Errors: service.ErrLockNotObtained (joined with ctx's error when ctx
 // ended); an error naming the nodes when fewer than a quorum answered (the
 // store could not be asked).
-func (l *Redlock) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
+func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
 	if lease <= 0 {
 		lease = l.lease
 	}
 	keys := l.keys(sku)
 	timeout := l.nodeTimeout(lease)
 	drift := time.Duration(float64(lease)*RedlockDrift) + 2*time.Millisecond
-	return poll(ctx, wait, func() (service.Hold, bool, error) {
-		token := newToken() // a round of its own: a late reply of the last round cannot count here
+	return gate.Poll(ctx, wait, func() (service.Hold, bool, error) {
+		token := gate.NewToken() // a round of its own: a late reply of the last round cannot count here
 		start := time.Now()
 		fences := make([]int64, len(l.nodes)) // 0: not granted
 		errs := make([]error, len(l.nodes))
 		l.onAll(ctx, timeout, func(nctx context.Context, i int, rdb redis.UniversalClient) {
-			fences[i], errs[i] = setnxAcquire.Run(nctx, rdb, keys, token, lease.Milliseconds()).Int64()
+			fences[i], errs[i] = setnx.AcquireScript.Run(nctx, rdb, keys, token, lease.Milliseconds()).Int64()
 		})
 		granted, answered, fence := 0, 0, int64(0)
 		for i := range l.nodes {
@@ -160,14 +163,14 @@ func (l *Redlock) TryLock(ctx context.Context, sku string, wait, lease time.Dura
 				}
 				return n >= l.quorum(), err
 			}
-			return newLeaseHold(ctx, start.Add(validity), fence, l.lost, release), true, nil
+			return gate.NewLeaseHold(ctx, start.Add(validity), fence, l.lost, release), true, nil
 		}
 		// Not held: give back what was granted, and what may have been.
-		l.bg.run(func() {
+		l.bg.Run(func() {
 			_, _ = l.releaseAll(context.WithoutCancel(ctx), timeout, keys[0], token)
 		})
 		if answered < l.quorum() {
-			return nil, false, fmt.Errorf("skulock: redlock %q: %d of %d nodes answered, %d needed: %w",
+			return nil, false, fmt.Errorf("redlock: %q: %d of %d nodes answered, %d needed: %w",
 				keys[0], answered, len(l.nodes), l.quorum(), errors.Join(errs...))
 		}
 		return nil, false, nil
@@ -180,7 +183,7 @@ func (l *Redlock) TryLock(ctx context.Context, sku string, wait, lease time.Dura
 // granted with a smaller counter (and the others, best effort) are raised;
 // when the granting nodes already agree on fence, nothing is sent. It
 // reports whether a majority holds >= fence.
-func (l *Redlock) raise(ctx context.Context, timeout time.Duration, key string, fence int64, fences []int64, errs []error) bool {
+func (l *Locker) raise(ctx context.Context, timeout time.Duration, key string, fence int64, fences []int64, errs []error) bool {
 	at := 0
 	for i := range fences {
 		if errs[i] == nil && fences[i] == fence {
@@ -204,16 +207,9 @@ func (l *Redlock) raise(ctx context.Context, timeout time.Duration, key string, 
 	return at >= l.quorum()
 }
 
-// Close waits for the background releases and closes the node clients
-// Open created.
-func (l *Redlock) Close() error {
-	l.bg.wait()
-	if !l.owned {
-		return nil
-	}
-	var errs []error
-	for _, n := range l.nodes {
-		errs = append(errs, n.Close())
-	}
-	return errors.Join(errs...)
+// Close waits for the releases still running in the background (the node
+// clients stay the caller's).
+func (l *Locker) Close() error {
+	l.bg.Wait()
+	return nil
 }

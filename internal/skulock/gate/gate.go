@@ -1,7 +1,12 @@
-package skulock
+// Package gate holds what the SKU lock's gates share: the lock name of a
+// SKU, the hold of a gate without a watchdog (a fixed lease), and the
+// jittered Poll of a gate without wake-ups.
+package gate
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -23,14 +28,14 @@ var (
 	ErrLockLost = lock.ErrLockLost
 )
 
-// leaseHold is a hold of a backend without a watchdog (setnx, dbtable,
+// LeaseHold is a hold of a backend without a watchdog (setnx, dbtable,
 // redlock): nothing renews it, so it is held until its deadline, measured
 // on this process's monotonic clock from just before the acquire was sent
 // (minus the drift allowance for redlock), and lost then. Its context is
 // cancelled with ErrLockLost by a timer at the deadline, and Err compares
 // the clock itself, so a process resumed after a SIGSTOP past the deadline
 // sees the loss at its next check even before the late timer has run.
-type leaseHold struct {
+type LeaseHold struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	deadline time.Time // carries the monotonic reading
@@ -49,19 +54,19 @@ const (
 	stateLost
 )
 
-// newLeaseHold returns a hold lost at deadline. The hold's context derives
+// NewLeaseHold returns a hold lost at deadline. The hold's context derives
 // from ctx without its cancellation: the caller's request may end while a
 // batch it started still writes under the lock.
-func newLeaseHold(ctx context.Context, deadline time.Time, fence int64, lost func(), release func(context.Context) (bool, error)) *leaseHold {
-	h := &leaseHold{deadline: deadline, fence: fence, lost: lost, release: release}
+func NewLeaseHold(ctx context.Context, deadline time.Time, fence int64, lost func(), release func(context.Context) (bool, error)) *LeaseHold {
+	h := &LeaseHold{deadline: deadline, fence: fence, lost: lost, release: release}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	h.timer = time.AfterFunc(time.Until(deadline), h.lose)
 	return h
 }
 
-func (h *leaseHold) lose() {
+func (h *LeaseHold) lose() {
 	// Not h.timer.Stop(): lose may run on the timer's goroutine before
-	// newLeaseHold has stored it; a timer that fires later finds the state.
+	// NewLeaseHold has stored it; a timer that fires later finds the state.
 	if h.state.CompareAndSwap(stateHeld, stateLost) {
 		if h.lost != nil {
 			h.lost()
@@ -72,15 +77,15 @@ func (h *leaseHold) lose() {
 
 // Context is cancelled with cause ErrLockLost at the lease deadline, or
 // with context.Canceled once the hold is released.
-func (h *leaseHold) Context() context.Context { return h.ctx }
+func (h *LeaseHold) Context() context.Context { return h.ctx }
 
 // Fence is the hold's fencing token (see the package documentation for
 // what each backend's token promises).
-func (h *leaseHold) Fence() int64 { return h.fence }
+func (h *LeaseHold) Fence() int64 { return h.fence }
 
 // Err is nil while held, ErrLockLost once the deadline passed, ErrNotHeld
 // once released.
-func (h *leaseHold) Err() error {
+func (h *LeaseHold) Err() error {
 	if h.state.Load() == stateHeld && !time.Now().Before(h.deadline) {
 		h.lose()
 	}
@@ -98,7 +103,7 @@ func (h *leaseHold) Err() error {
 // ErrNotHeld when the deadline had passed, the lock was taken over or the
 // hold was already unlocked, and the store's error when it could not be
 // reached (the lock then expires at its lease).
-func (h *leaseHold) Unlock(ctx context.Context) error {
+func (h *LeaseHold) Unlock(ctx context.Context) error {
 	err := ErrNotHeld
 	h.once.Do(func() {
 		expired := h.Err() != nil
@@ -119,12 +124,12 @@ func (h *leaseHold) Unlock(ctx context.Context) error {
 	return err
 }
 
-// poll calls try until it obtains the lock, fails, the wait runs out or ctx
+// Poll calls try until it obtains the lock, fails, the wait runs out or ctx
 // ends, sleeping a jittered, exponentially growing pause between tries
 // (minPoll doubling to maxPoll, never past the end of the wait). try
 // reports obtained=false for "held by someone else"; an error ends the
-// poll at once. A wait of 0 tries once.
-func poll[T any](ctx context.Context, wait time.Duration, try func() (T, bool, error)) (T, error) {
+// Poll at once. A wait of 0 tries once.
+func Poll[T any](ctx context.Context, wait time.Duration, try func() (T, bool, error)) (T, error) {
 	var zero T
 	end := time.Now().Add(wait)
 	pause := minPoll
@@ -144,7 +149,7 @@ func poll[T any](ctx context.Context, wait time.Duration, try func() (T, bool, e
 		}
 		// Full jitter over [pause/2, pause): waiters of one SKU spread out
 		// instead of arriving together when the holder lets go.
-		d := min(pause/2+rand.N(pause/2), left) //nolint:gosec // G404: poll jitter, not a secret; nothing to guess
+		d := min(pause/2+rand.N(pause/2), left) //nolint:gosec // G404: Poll jitter, not a secret; nothing to guess
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -164,17 +169,30 @@ const (
 	maxPoll = 32 * time.Millisecond
 )
 
-// background runs clean-up that must outlive the call that started it (the
+// Background runs clean-up that must outlive the call that started it (the
 // undo of an acquire whose outcome is unknown); Close waits for it.
-type background struct{ wg sync.WaitGroup }
+type Background struct{ wg sync.WaitGroup }
 
-func (b *background) run(f func()) {
+// Run runs f on a goroutine of b's.
+func (b *Background) Run(f func()) {
 	b.wg.Add(1)
 	go func() { defer b.wg.Done(); f() }()
 }
 
-func (b *background) wait() { b.wg.Wait() }
+// Wait waits for every f that Run started.
+func (b *Background) Wait() { b.wg.Wait() }
 
-// cleanupTimeout bounds one clean-up call (an undo, or a release on
+// CleanupTimeout bounds one clean-up call (an undo, or a release on
 // Unlock's own context being already done).
-const cleanupTimeout = time.Second
+const CleanupTimeout = time.Second
+
+// Name is the lock of sku: "stock:{<sku>}" (the braces keep the lock's
+// companion keys in one Redis Cluster slot).
+func Name(sku string) string { return "stock:{" + sku + "}" }
+
+// NewToken returns 128 random bits in hex: a hold's identity in the store.
+func NewToken() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

@@ -1,4 +1,5 @@
-package skulock
+// Package dbtable is the SKU lock's MySQL gate: a row per held lock.
+package dbtable
 
 import (
 	"context"
@@ -12,49 +13,49 @@ import (
 
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock/gate"
 )
 
-// DBTable is the service.Locker on a table of the stock database
+// Locker is the service.Locker on a table of the stock database
 // (sku_locks, migration 00003): a row per held lock, its unique key on the
 // lock name the exclusion. It is safe for concurrent use; Close stops its
-// reaper and closes the connections it opened.
-type DBTable struct {
+// reaper (the pool stays the caller's).
+type Locker struct {
 	db    *sql.DB
-	owned bool
 	lease time.Duration
 	lost  func()
-	bg    background
+	bg    gate.Background
 
 	stop   chan struct{}
 	reaped sync.WaitGroup
 }
 
-// ReapEvery is how often a DBTable deletes expired rows: the rows of holders
+// ReapEvery is how often a Locker deletes expired rows: the rows of holders
 // that crashed, for SKUs no one asked for since (an acquire takes over an
 // expired row itself, so the reaper only keeps the table small).
 const ReapEvery = 5 * time.Second
 
-// NewDBTable returns the table locker on db (a migrated stock database).
+// New returns the table locker on db (a migrated stock database).
 // lease is what TryLock's lease 0 means (there is no watchdog); lost, if
 // set, is called once per hold that reached its deadline unreleased. It
 // starts the reaper; Close stops it.
-func NewDBTable(db *sql.DB, lease time.Duration, lost func()) *DBTable {
-	l := &DBTable{db: db, lease: lease, lost: lost, stop: make(chan struct{})}
+func New(db *sql.DB, lease time.Duration, lost func()) *Locker {
+	l := &Locker{db: db, lease: lease, lost: lost, stop: make(chan struct{})}
 	l.reaped.Add(1)
 	go l.reaper()
 	return l
 }
 
-// openDB opens a small pool on dsn for the lock statements, configured as
+// OpenDB opens a small pool on dsn for the lock statements, configured as
 // the store's (repo.DriverConfig).
-func openDB(dsn string, conns int) (*sql.DB, error) {
+func OpenDB(dsn string, conns int) (*sql.DB, error) {
 	cfg, err := repo.DriverConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("skulock: %w", err)
+		return nil, fmt.Errorf("dbtable: %w", err)
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("skulock: MySQL connector: %w", err)
+		return nil, fmt.Errorf("dbtable: MySQL connector: %w", err)
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(conns)
@@ -91,12 +92,12 @@ const (
 //
 // Errors: service.ErrLockNotObtained (joined with ctx's error when ctx
 // ended), or a wrapped MySQL error.
-func (l *DBTable) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
+func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
 	if lease <= 0 {
 		lease = l.lease
 	}
-	name := Name(sku)
-	token := newToken()
+	name := gate.Name(sku)
+	token := gate.NewToken()
 	insert := func() (service.Hold, bool, error) {
 		sent := time.Now()
 		res, err := l.db.ExecContext(ctx, dbInsert, name, token, lease.Microseconds())
@@ -107,16 +108,16 @@ func (l *DBTable) TryLock(ctx context.Context, sku string, wait, lease time.Dura
 			return nil, false, nil
 		case err != nil:
 			// The INSERT may have committed with its reply lost: undo it.
-			l.bg.run(func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			l.bg.Run(func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gate.CleanupTimeout)
 				defer cancel()
 				_, _ = l.db.ExecContext(cctx, dbUndo, name, token)
 			})
-			return nil, false, fmt.Errorf("skulock: dbtable lock %q: %w", name, err)
+			return nil, false, fmt.Errorf("dbtable: lock %q: %w", name, err)
 		}
 		id, err := res.LastInsertId()
 		if err != nil {
-			return nil, false, fmt.Errorf("skulock: dbtable lock %q: %w", name, err)
+			return nil, false, fmt.Errorf("dbtable: lock %q: %w", name, err)
 		}
 		release := func(ctx context.Context) (bool, error) {
 			res, err := l.db.ExecContext(ctx, dbRelease, id, token)
@@ -127,14 +128,14 @@ func (l *DBTable) TryLock(ctx context.Context, sku string, wait, lease time.Dura
 				res, err = l.db.ExecContext(ctx, dbRelease, id, token)
 			}
 			if err != nil {
-				return false, fmt.Errorf("skulock: dbtable unlock %q: %w", name, err)
+				return false, fmt.Errorf("dbtable: unlock %q: %w", name, err)
 			}
 			n, err := res.RowsAffected()
 			return n == 1, err
 		}
-		return newLeaseHold(ctx, sent.Add(lease), id, l.lost, release), true, nil
+		return gate.NewLeaseHold(ctx, sent.Add(lease), id, l.lost, release), true, nil
 	}
-	return poll(ctx, wait, func() (service.Hold, bool, error) {
+	return gate.Poll(ctx, wait, func() (service.Hold, bool, error) {
 		h, ok, err := insert()
 		if ok || err != nil {
 			return h, ok, err
@@ -144,7 +145,7 @@ func (l *DBTable) TryLock(ctx context.Context, sku string, wait, lease time.Dura
 			return nil, false, nil // another waiter is at the row: try again later
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("skulock: dbtable takeover %q: %w", name, err)
+			return nil, false, fmt.Errorf("dbtable: takeover %q: %w", name, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil, false, nil // a live holder
@@ -169,7 +170,7 @@ func isContention(err error) bool {
 }
 
 // reaper deletes expired rows every ReapEvery until Close.
-func (l *DBTable) reaper() {
+func (l *Locker) reaper() {
 	defer l.reaped.Done()
 	t := time.NewTicker(ReapEvery)
 	defer t.Stop()
@@ -179,7 +180,7 @@ func (l *DBTable) reaper() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), gate.CleanupTimeout)
 		_, _ = l.db.ExecContext(ctx, dbReap) // an unreachable MySQL: the next tick tries again
 		cancel()
 	}
@@ -187,22 +188,19 @@ func (l *DBTable) reaper() {
 
 // Reap deletes expired rows now (what the reaper does every ReapEvery) and
 // returns how many.
-func (l *DBTable) Reap(ctx context.Context) (int64, error) {
+func (l *Locker) Reap(ctx context.Context) (int64, error) {
 	res, err := l.db.ExecContext(ctx, dbReap)
 	if err != nil {
-		return 0, fmt.Errorf("skulock: dbtable reap: %w", err)
+		return 0, fmt.Errorf("dbtable: reap: %w", err)
 	}
 	return res.RowsAffected()
 }
 
-// Close stops the reaper, waits for the clean-up of acquires whose outcome
-// was unknown and closes the pool Open created.
-func (l *DBTable) Close() error {
+// Close stops the reaper and waits for the clean-up of acquires whose
+// outcome was unknown.
+func (l *Locker) Close() error {
 	close(l.stop)
 	l.reaped.Wait()
-	l.bg.wait()
-	if l.owned {
-		return l.db.Close()
-	}
+	l.bg.Wait()
 	return nil
 }
