@@ -14,20 +14,14 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-// DeductBatch places the batch's orders in one transaction, as
-// service.PlanBatch plans them, ending with one versioned UPDATE by their
-// total. It returns per item the order, or service.ErrSoldOut, a
-// *service.LimitError, a *service.RestockedError or
-// service.ErrDuplicateKey; its error (service.ErrConflict,
-// service.ErrUnknownSKU, service.ErrBusy, an error wrapping
-// service.ErrUnavailable, or that of b.BeforeCommit) means nothing was
-// written.
-//
-// The keys the caller did not check (BatchItem.KeyChecked) are left to the
-// unique index, unless the SKU has a per-buyer limit: a replay must be
-// refused as one before its units are counted. A key that fails the index
-// (a replay racing its first attempt) is a key race: the batch is planned
-// again, in a new transaction, with every key read.
+// DeductBatch places the batch's orders in one transaction as
+// service.PlanBatch plans them. Keys the caller did not check are left to
+// the unique index unless the SKU has a per-buyer limit; a key that fails
+// the index is a key race, and the batch is planned again with every key
+// read (docs/decisions/0003). It returns what service.Store.DeductBatch
+// does: per item the order or its refusal, and an error (ErrConflict,
+// ErrUnknownSKU, ErrBusy, ErrUnavailable or BeforeCommit's) when nothing
+// was written.
 func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	readKeys := false
 	// Each race leaves one more key seen as taken: len(b.Items) bounds them.

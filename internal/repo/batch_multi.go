@@ -15,24 +15,13 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-// writeMulti is the multi-statement writer: the batch in three round trips
-// where the transaction writer takes six (BEGIN, the stock read, two
-// INSERTs, the UPDATE, COMMIT), each paid while the SKU lock is held:
-//
-//  1. the stock read, on its own (the versioned UPDATE checks later that the
-//     row has not moved since), then the unchecked keys if readKeys;
-//  2. one multi-statement: START TRANSACTION, the orders' INSERT, the ledger's
-//     INSERT (its order ids are LAST_INSERT_ID() + i: the server numbers one
-//     statement's rows consecutively, see Store.consecutiveIDs) and the
-//     versioned UPDATE;
-//  3. COMMIT, or ROLLBACK when the UPDATE matched no row or BeforeCommit
-//     failed.
-//
-// It runs on a pool of its own whose connections allow several statements
-// per query (the driver's multiStatements): every query sent on it is built
-// here from constant SQL and driver-escaped arguments. A SKU with a
-// per-buyer limit (an upsert per order) goes to the transaction writer, with
-// the stock row read here.
+// writeMulti is the multi-statement writer: the stock read (and the
+// unchecked keys if readKeys), then START TRANSACTION, both INSERTs and the
+// versioned UPDATE as one multi-statement (ledger rows naming their orders
+// as LAST_INSERT_ID() + i), then COMMIT: three round trips under the lock.
+// It runs on s.multi, whose queries are all built here from constant SQL
+// and driver-escaped arguments. A SKU with a per-buyer limit goes to the
+// transaction writer with the row read here. Why: docs/decisions/0004.
 func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) ([]service.Order, []error, error) {
 	conn, err := s.multi.Conn(ctx)
 	if err != nil {

@@ -3,6 +3,8 @@ package skulock_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,5 +42,28 @@ func TestRedisLocker(t *testing.T) {
 	}
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The README's gates table has a row for each backend of Open, and no more.
+func TestREADMEGatesTable(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	i := strings.Index(readme, "| `STOCK_LOCK_BACKEND` | what |")
+	if i < 0 {
+		t.Fatal("README.md has no gates table (| `STOCK_LOCK_BACKEND` | what |)")
+	}
+	table, _, _ := strings.Cut(readme[i:], "\n\n")
+	rows := strings.Count(table, "\n| `")
+	if rows != len(skulock.Backends()) {
+		t.Errorf("README's gates table has %d rows; want one per backend %v", rows, skulock.Backends())
+	}
+	for _, name := range skulock.Backends() {
+		if !strings.Contains(table, "\n| `"+name+"` |") {
+			t.Errorf("README's gates table has no row for %s", name)
+		}
 	}
 }

@@ -67,7 +67,12 @@ func OpenDB(dsn string, conns int) (*sql.DB, error) {
 const (
 	// The acquire: the unique key on name decides between racing inserts.
 	dbInsert = "INSERT INTO sku_locks (name, owner, expires_at) VALUES (?, ?, NOW(6) + INTERVAL ? MICROSECOND)"
-	// The takeover of a crashed (expired) holder's row; see TryLock.
+	// The takeover of a crashed (expired) holder's row. Safe: it deletes a
+	// row only once expires_at has passed on the server's own clock, the
+	// one that stamped it, so a live holder's row is never deleted; two
+	// waiters that both delete both INSERT, and the unique key lets one in.
+	// The new row's new AUTO_INCREMENT id keeps the fence growing (an
+	// upsert would keep the old id). Each statement is its own transaction.
 	dbTakeover = "DELETE FROM sku_locks WHERE name = ? AND expires_at < NOW(6)"
 	// The release, and the undo of an acquire whose outcome is unknown.
 	dbRelease = "DELETE FROM sku_locks WHERE id = ? AND owner = ?"
@@ -77,21 +82,9 @@ const (
 
 // TryLock takes sku's lock within wait, for lease (0: the locker's
 // default): INSERT the lock's row; on a duplicate key, delete the row if it
-// has expired and INSERT again.
-//
-// Why the takeover is safe: the DELETE removes a row only when its
-// expires_at has passed on the database server's own clock (NOW(6)), the
-// same clock that stamped it, so the instances' clocks play no part; a live
-// holder's row is never deleted. Two waiters that both see the expired row
-// both run the DELETE (one deletes it, the other deletes nothing) and both
-// INSERT, and the unique key lets exactly one of them in. The new row gets
-// a new AUTO_INCREMENT id, so the fencing token grows with every holder
-// (INSERT ... ON DUPLICATE KEY UPDATE would take over in one statement but
-// keep the old id). Each statement runs on its own (autocommit), so no lock
-// of this table is held between them.
-//
-// Errors: service.ErrLockNotObtained (joined with ctx's error when ctx
-// ended), or a wrapped MySQL error.
+// has expired (dbTakeover) and INSERT again. Errors:
+// service.ErrLockNotObtained (joined with ctx's error when ctx ended), or a
+// wrapped MySQL error.
 func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
 	if lease <= 0 {
 		lease = l.lease
