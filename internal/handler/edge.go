@@ -185,7 +185,7 @@ func rateLimit(l RateLimiter) gin.HandlerFunc {
 	return limitBy(l, func(c *gin.Context) string { return "ip:" + c.ClientIP() })
 }
 
-// rateLimitBuyer applies the per buyer limit (after buyerAuth).
+// rateLimitBuyer applies the per buyer limit (after authBuyer).
 func rateLimitBuyer(l RateLimiter) gin.HandlerFunc {
 	return limitBy(l, func(c *gin.Context) string { return "buyer:" + buyer(c) })
 }
