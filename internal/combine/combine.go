@@ -76,6 +76,9 @@ type queue[T, R any] struct {
 	live    int           // calls in pending still waiting, plus Enter's waiters
 	dead    int           // abandoned calls still in pending
 	active  bool          // a leader is serving the key
+	// admitted counts Admit's requests: in progress anywhere, not only in
+	// the queue (see Admit).
+	admitted int
 }
 
 // New returns a Combiner that serves batches of up to batchMax calls with
@@ -251,6 +254,36 @@ func (c *Combiner[T, R]) update(key string, f func(q *queue[T, R])) {
 	sh.forget(key, q)
 }
 
+// Admit counts one more request of key in progress at its caller, before
+// and beside its time in the queue (a pre-check, a read), against limit;
+// it reports false, and counts nothing, when limit are in already. Release
+// ends what Admit began. The count lives beside the key's queue, so a key
+// costs one map entry while it is in use.
+func (c *Combiner[T, R]) Admit(key string, limit int) (ok bool) {
+	c.update(key, func(q *queue[T, R]) {
+		if ok = q.admitted < limit; ok {
+			q.admitted++
+		}
+	})
+	return ok
+}
+
+// Release ends what Admit began.
+func (c *Combiner[T, R]) Release(key string) {
+	c.update(key, func(q *queue[T, R]) { q.admitted-- })
+}
+
+// Admitted returns the requests of key that Admit counts.
+func (c *Combiner[T, R]) Admitted(key string) int {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if q := sh.m[key]; q != nil {
+		return q.admitted
+	}
+	return 0
+}
+
 // Waiting returns the requests of key waiting in its queue, Enter's
 // included.
 func (c *Combiner[T, R]) Waiting(key string) int {
@@ -289,7 +322,7 @@ func (sh *shard[T, R]) get(key string) *queue[T, R] {
 // forget drops an idle queue, so keys no longer used cost nothing. The
 // caller holds sh.mu.
 func (sh *shard[T, R]) forget(key string, q *queue[T, R]) {
-	if !q.active && q.live == 0 && len(q.pending) == 0 {
+	if !q.active && q.live == 0 && q.admitted == 0 && len(q.pending) == 0 {
 		delete(sh.m, key)
 	}
 }

@@ -19,7 +19,7 @@ func SoldOutKnown(s *Service, sku string) bool {
 
 // Admitted returns the orders of sku in progress at s, counted against
 // QueueMax (for tests).
-func Admitted(s *Service, sku string) int { return s.door.admitted(sku) }
+func Admitted(s *Service, sku string) int { return s.batches.Admitted(sku) }
 
 // RedisDownUntil returns when s takes the SKU lock again after Redis failed
 // to answer (the zero time when it is not skipping it; for tests).

@@ -106,20 +106,20 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 // while that attempt can still be placed. leave ends both.
 func (s *Service) enter(ctx context.Context, r PlaceRequest) (leave func(), err error) {
 	capped := s.usesLock()
-	if capped && !s.door.admit(r.SKU, s.cfg.QueueMax) {
+	if capped && !s.batches.Admit(r.SKU, s.cfg.QueueMax) {
 		return nil, errLineFull(s.cfg.QueueMax)
 	}
 	done, err := s.flights.begin(ctx, r.Buyer+"\x00"+r.Key)
 	if err != nil {
 		if capped {
-			s.door.release(r.SKU)
+			s.batches.Release(r.SKU)
 		}
 		return nil, err
 	}
 	return func() {
 		done()
 		if capped {
-			s.door.release(r.SKU)
+			s.batches.Release(r.SKU)
 		}
 	}, nil
 }

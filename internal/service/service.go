@@ -6,8 +6,7 @@
 // The files: service.go (Config, Service, New), strategy.go (the strategy
 // table), place.go (Place, the order flow), write.go (the strategies'
 // writes), locking.go (the SKU lock), combine.go (batches of the per-SKU
-// queues of internal/combine), plan.go (a batch's outcome), door.go (the
-// per-SKU cap), redisdown.go (the DB-only switch), soldout.go (the sold-out
+// queues of internal/combine), plan.go (a batch's outcome), redisdown.go (the DB-only switch), soldout.go (the sold-out
 // fast path), flight.go (one attempt per key), read.go, restock.go, store.go
 // (the Store contract), trace.go (the spans of the order path) and errors.go.
 package service
@@ -73,8 +72,9 @@ type Service struct {
 	metrics *metrics.Metrics
 	info    StrategyInfo // cfg.Strategy's row of the strategy table
 
-	batches *combine.Combiner[Deduction, Order] // lock+version's per-SKU queues
-	door    *door                               // the per-SKU cap on orders in progress
+	// batches are the per-SKU queues of lock+version, and the per-SKU
+	// count of orders in progress under the locking strategies (QueueMax).
+	batches *combine.Combiner[Deduction, Order]
 	flights flights
 	soldOut *soldOut // nil: no fast path
 	seqs    restockSeqs
@@ -105,7 +105,7 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, info: cfg.Strategy.Info(),
-		door: newDoor(), flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}}
+		flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}}
 	s.batches = combine.New(cfg.BatchMax, cfg.QueueMax, s.runBatch)
 	if cfg.SoldOutTTL > 0 {
 		s.soldOut = newSoldOut(cfg.SoldOutTTL, cfg.WriteTimeout)
