@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,7 @@ import (
 )
 
 var decodeSeeds = []string{
-	`{"sku":"SKU-1","quantity":1}`, `{"sku":"SKU-1","quantity":1.5}`, `{"sku":"SKU-1","quantity":"1"}`,
+	`{"sku":"SKU-1","quantity":1}`, ` {"quantity" : 7 ,\n"sku":"a.b"} `, `{"sku":"a","sku""quantity":1}`, `{"quantity":01,"sku":"a"}`, `{"sku":"a","quantity":123456789012345678901}`, `{"sku":"SKU-1","quantity":1.5}`, `{"sku":"SKU-1","quantity":"1"}`,
 	`{"sku":"SKU-1","quantity":1,"x":1}`, `{"sku":"SKU-1","quantity":1}{}`, `{"sku":"SKU-1","quantity":1} `,
 	``, `null`, `[]`, `{`, `{"sku":null}`, `{"quantity":1e400}`, `{"sku":"\u0000","quantity":-0}`,
 	`{"SKU":"A","Quantity":2}`, "\xef\xbb\xbf{}", `{"sku":"a","sku":"b","quantity":1}`,
@@ -107,6 +108,14 @@ func FuzzDecodeOrder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req orderRequest
 		err := decodeStrict(bytes.NewReader(body), 4096, &req)
+		var plain orderRequest
+		if plainOrder(body, &plain) {
+			// The fast path takes only what the general one decodes alike.
+			var general orderRequest
+			if gerr := decodeGeneral(body, &general); gerr != nil || !sameOrder(plain, general) {
+				t.Fatalf("plainOrder(%q) = %s; the general path: %s, %v", body, fmtOrderReq(plain), fmtOrderReq(general), gerr)
+			}
+		}
 		if err != nil {
 			return
 		}
@@ -318,4 +327,33 @@ func httpguts(name string) bool {
 		}
 	}
 	return true
+}
+
+// decodeGeneral is decodeStrict without the plain-order fast path.
+func decodeGeneral(body []byte, v *orderRequest) error {
+	var w struct {
+		SKU      *string `json:"sku"`
+		Quantity *int64  `json:"quantity"`
+	}
+	if err := decodeStrict(bytes.NewReader(body), 4096, &w); err != nil {
+		return err
+	}
+	v.SKU, v.Quantity = w.SKU, w.Quantity
+	return nil
+}
+
+func sameOrder(a, b orderRequest) bool {
+	return (a.SKU == nil) == (b.SKU == nil) && (a.SKU == nil || *a.SKU == *b.SKU) &&
+		(a.Quantity == nil) == (b.Quantity == nil) && (a.Quantity == nil || *a.Quantity == *b.Quantity)
+}
+
+func fmtOrderReq(r orderRequest) string {
+	s, q := "<nil>", "<nil>"
+	if r.SKU != nil {
+		s = strconv.Quote(*r.SKU)
+	}
+	if r.Quantity != nil {
+		q = strconv.FormatInt(*r.Quantity, 10)
+	}
+	return "{sku " + s + ", quantity " + q + "}"
 }

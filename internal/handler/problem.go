@@ -1,11 +1,13 @@
 package handler
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 
@@ -130,8 +132,36 @@ func clientDetail(err, sentinel error) string {
 	return ""
 }
 
+// writeProblem writes p as the answer. A problem with no detail on a route
+// without parameters (its path is the route) is encoded once and then
+// served from problemBodies: a flood of the same refusal (sold out, busy)
+// does not encode it again.
 func writeProblem(c *gin.Context, p Problem) {
 	c.Header("Content-Type", "application/problem+json")
 	c.Status(p.Status)
-	_ = jsonEncoder(c.Writer).Encode(p)
+	if p.Detail != "" || p.Limit != nil || p.Remaining != nil || p.Instance != c.FullPath() {
+		_ = jsonEncoder(c.Writer).Encode(p)
+		return
+	}
+	key := problemKey{p.Type, p.Status, p.Instance}
+	body, ok := problemBodies.Load(key)
+	if !ok {
+		var b bytes.Buffer
+		_ = jsonEncoder(&b).Encode(p)
+		body, _ = problemBodies.LoadOrStore(key, b.Bytes())
+	}
+	b, _ := body.([]byte)
+	_, _ = c.Writer.Write(b)
 }
+
+// problemKey names a problem body without detail: its type (which fixes the
+// title), status and route.
+type problemKey struct {
+	typ    string
+	status int
+	route  string
+}
+
+// problemBodies caches the encoded problem bodies without detail, by
+// problemKey: bounded by the problem types times the routes.
+var problemBodies sync.Map

@@ -86,10 +86,10 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 		return Order{}, false, err
 	}
 	defer leave()
-	hash := r.Hash()
-	if o, replayed, answered, err := s.answerFromPrecheck(ctx, r, hash); answered {
+	if o, replayed, answered, err := s.answerFromPrecheck(ctx, r); answered {
 		return o, replayed, err
 	}
+	hash := r.Hash()
 	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity, Admitted: &admitted}
 	o, err = s.write(ctx, d)
 	if err != nil {
@@ -132,7 +132,7 @@ func (s *Service) enter(ctx context.Context, r PlaceRequest) (leave func(), err 
 // one snapshot: an order of this key committed before the read is always
 // seen, so a retry whose first attempt took the last unit gets its order
 // back, not a 409.
-func (s *Service) answerFromPrecheck(ctx context.Context, r PlaceRequest, hash string) (o Order, replayed, answered bool, err error) {
+func (s *Service) answerFromPrecheck(ctx context.Context, r PlaceRequest) (o Order, replayed, answered bool, err error) {
 	fast := s.soldOut.known(r.SKU)
 	if !fast && s.skipsPrecheck() {
 		return Order{}, false, false, nil
@@ -143,7 +143,7 @@ func (s *Service) answerFromPrecheck(ctx context.Context, r PlaceRequest, hash s
 	}
 	s.seqs.learn(r.SKU, st.RestockSeq)
 	if prev != nil {
-		o, replayed, err := replay(*prev, hash)
+		o, replayed, err := replay(*prev, r.Hash())
 		return o, replayed, true, err
 	}
 	if st.Available < int64(r.Quantity) {
