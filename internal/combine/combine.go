@@ -275,23 +275,22 @@ func (c *Combiner[T, R]) Release(key string) {
 
 // Admitted returns the requests of key that Admit counts.
 func (c *Combiner[T, R]) Admitted(key string) int {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if q := sh.m[key]; q != nil {
-		return q.admitted
-	}
-	return 0
+	return c.count(key, func(q *queue[T, R]) int { return q.admitted })
 }
 
 // Waiting returns the requests of key waiting in its queue, Enter's
 // included.
 func (c *Combiner[T, R]) Waiting(key string) int {
+	return c.count(key, func(q *queue[T, R]) int { return q.live })
+}
+
+// count reads one count of key's queue (0 when it has none).
+func (c *Combiner[T, R]) count(key string, of func(q *queue[T, R]) int) int {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if q := sh.m[key]; q != nil {
-		return q.live
+		return of(q)
 	}
 	return 0
 }
