@@ -216,6 +216,11 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 	listened := make(chan struct{})
 	go func() { defer close(listened); events.Listen(lctx, a.Service.StockChanged) }()
 	a.closers = append(a.closers, func() { stopListening(); <-listened })
+	// Reservations past their deadline expire here as at every instance.
+	sctx, stopSweeping := context.WithCancel(context.WithoutCancel(ctx))
+	swept := make(chan struct{})
+	go func() { defer close(swept); a.Service.RunSweeper(sctx, cfg.ExpiryInterval) }()
+	a.closers = append(a.closers, func() { stopSweeping(); <-swept })
 }
 
 // handlerConfig is the HTTP edge's configuration: probes, tokens, caps and
@@ -223,8 +228,9 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerProvider, log *slog.Logger) handler.Config {
 	rdb, m := a.Redis, a.Metrics
 	hcfg := handler.Config{
-		AdminToken: cfg.AdminToken,
-		MaxBody:    cfg.MaxBody,
+		AdminToken:   cfg.AdminToken,
+		PaymentToken: cfg.PaymentToken,
+		MaxBody:      cfg.MaxBody,
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: a.Store.Ping},
 			{Name: "redis", Required: cfg.Strategy.Info().UsesLock && cfg.RejectOnRedis(), Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},

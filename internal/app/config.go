@@ -49,6 +49,12 @@ type Config struct {
 	RedisPrefix string `env:"STOCK_REDIS_PREFIX"`
 	// Empty = admin API off (403).
 	AdminToken string `env:"STOCK_ADMIN_TOKEN"`
+	// The payment service's bearer token for `POST /v1/orders/{id}/confirm`
+	// (the admin token works there too); with neither set, confirm is 403.
+	PaymentToken string `env:"STOCK_PAYMENT_TOKEN"`
+	// How often each instance expires reserved orders past their payment
+	// deadline and returns their units.
+	ExpiryInterval time.Duration `env:"STOCK_EXPIRY_INTERVAL" envDefault:"1s" min:"10ms" nonzero:"true"`
 	// How orders are guarded: see the README's strategies.
 	Strategy service.Strategy `env:"STOCK_STRATEGY" envDefault:"lock+version"`
 	// `1` to run `none` or `lock` (they can oversell).

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 func newCalls(n int) []*Call[int, int] {
@@ -66,12 +67,21 @@ func TestQueueLeaveTakeAndCap(t *testing.T) {
 }
 
 // Concurrent submissions of one key are served in batches of at most
-// batchMax, one batch at a time, and each caller gets its own answer.
+// batchMax, one batch at a time, and each caller gets its own answer. The
+// first batch is held until every other submission waits, so the rest are
+// combined however the goroutines are scheduled.
 func TestSubmitCombinesAndAnswersEach(t *testing.T) {
 	const n, batchMax = 500, 16
 	var mu sync.Mutex
 	serving, batches := 0, 0
-	c := New(batchMax, n, func(key string, batch []*Call[int, int]) {
+	var c *Combiner[int, int]
+	c = New(batchMax, n, func(key string, batch []*Call[int, int]) {
+		mu.Lock()
+		first := batches == 0
+		mu.Unlock()
+		for first && c.Waiting(key) < n-len(batch) {
+			time.Sleep(time.Millisecond)
+		}
 		mu.Lock()
 		serving++
 		batches++
@@ -95,8 +105,8 @@ func TestSubmitCombinesAndAnswersEach(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if batches >= n {
-		t.Errorf("%d batches for %d submissions; want them combined", batches, n)
+	if want := 1 + (n-2)/batchMax + 1; batches > want {
+		t.Errorf("%d batches for %d submissions; want them combined into at most %d", batches, n, want)
 	}
 	t.Logf("%d submissions in %d batches", n, batches)
 }

@@ -177,11 +177,17 @@ func (a acceptAll) Place(_ context.Context, r service.PlaceRequest) (service.Ord
 func (acceptAll) Order(context.Context, string, int64) (service.Order, error) {
 	return service.Order{}, nil
 }
-func (acceptAll) Orders(context.Context, string, string, int64, int) ([]service.Order, error) {
+func (acceptAll) Orders(context.Context, string, service.OrderFilter) ([]service.Order, error) {
 	return nil, nil
 }
+func (acceptAll) Confirm(context.Context, int64, string) (service.Order, error) {
+	return service.Order{}, nil
+}
+func (acceptAll) Cancel(context.Context, string, int64) (service.Order, error) {
+	return service.Order{}, nil
+}
 func (acceptAll) Stock(context.Context, string) (service.Stock, error) { return service.Stock{}, nil }
-func (acceptAll) SetStock(context.Context, string, int64, int64) (service.Stock, error) {
+func (acceptAll) SetStock(context.Context, string, service.StockSetting) (service.Stock, error) {
 	return service.Stock{}, nil
 }
 
@@ -248,12 +254,12 @@ func (r recording) Place(ctx context.Context, p service.PlaceRequest) (service.O
 	return o, rep, err
 }
 
-func (r recording) SetStock(ctx context.Context, sku string, n, _ int64) (service.Stock, error) {
-	if !service.ValidKey(sku) || n < 0 || n > service.MaxStock {
+func (r recording) SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error) {
+	if !service.ValidKey(sku) || set.Available < 0 || set.Available > service.MaxStock {
 		return service.Stock{}, service.ErrInvalid
 	}
 	r.writes.Add(1)
-	return service.Stock{SKU: sku, Available: n}, nil
+	return service.Stock{SKU: sku, Available: set.Available}, nil
 }
 
 // FuzzRouter: any method, path, headers and body sent to the whole router

@@ -51,9 +51,19 @@ func (r *recorder) Order(ctx context.Context, buyer string, id int64) (service.O
 	return r.svc.Order(ctx, buyer, id)
 }
 
-func (r *recorder) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error) {
+func (r *recorder) Orders(ctx context.Context, buyer string, f service.OrderFilter) ([]service.Order, error) {
 	r.record("Orders")
-	return r.svc.Orders(ctx, buyer, sku, before, limit)
+	return r.svc.Orders(ctx, buyer, f)
+}
+
+func (r *recorder) Confirm(ctx context.Context, id int64, ref string) (service.Order, error) {
+	r.record("Confirm")
+	return r.svc.Confirm(ctx, id, ref)
+}
+
+func (r *recorder) Cancel(ctx context.Context, buyer string, id int64) (service.Order, error) {
+	r.record("Cancel")
+	return r.svc.Cancel(ctx, buyer, id)
 }
 
 func (r *recorder) Stock(ctx context.Context, sku string) (service.Stock, error) {
@@ -61,9 +71,9 @@ func (r *recorder) Stock(ctx context.Context, sku string) (service.Stock, error)
 	return r.svc.Stock(ctx, sku)
 }
 
-func (r *recorder) SetStock(ctx context.Context, sku string, available, limit int64) (service.Stock, error) {
+func (r *recorder) SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error) {
 	r.record("SetStock")
-	return r.svc.SetStock(ctx, sku, available, limit)
+	return r.svc.SetStock(ctx, sku, set)
 }
 
 func (r *recorder) Audit(ctx context.Context, sku string) (service.Audit, error) {
@@ -79,7 +89,7 @@ func (r *recorder) Audit(ctx context.Context, sku string) (service.Audit, error)
 // are refused there.
 func TestMalformedRequestsTable(t *testing.T) {
 	store := servicetest.NewMemStore()
-	if _, err := store.SetStock(context.Background(), "SKU-1", 5, 0); err != nil {
+	if _, err := store.SetStock(context.Background(), "SKU-1", service.StockSetting{Available: 5}); err != nil {
 		t.Fatal(err)
 	}
 	rec := &recorder{svc: service.New(service.Config{Strategy: service.StrategyLockVersion, BatchMax: 64}, store, servicetest.NewLocker(), nil, nil)}
@@ -183,7 +193,7 @@ func TestMalformedRequestsTable(t *testing.T) {
 	// The one store call that got past the service's validation (the
 	// unknown SKU's) wrote nothing either.
 	a, err := store.Audit(context.Background(), "SKU-1")
-	orders, oerr := store.Orders(context.Background(), "u1", "", 0, 100)
+	orders, oerr := store.Orders(context.Background(), "u1", service.OrderFilter{Limit: 100})
 	if err != nil || oerr != nil || a.Available != 5 || a.Orders != 0 || a.Stocked != 5 || len(orders) != 0 || store.Stats().SetStocks != 1 {
 		t.Fatalf("store after the malformed requests: audit %+v, %v, orders %v, %v, writes %+v; want untouched (5 available, no orders, no restock)",
 			a, err, orders, oerr, store.Stats())

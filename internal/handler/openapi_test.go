@@ -225,8 +225,8 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	const base = "https://stock.example/problems/"
-	stock := `{"sku":"S","available":1,"sold":0,"version":1,"per_buyer_limit":0}`
-	order := `{"id":7,"buyer":"b","idempotency_key":"k","sku":"S","quantity":1,"created_at":"2026-01-02T03:04:05Z"}`
+	stock := `{"sku":"S","available":1,"reserved":0,"sold":0,"version":1,"per_buyer_limit":0,"payment_window_seconds":0}`
+	order := `{"id":7,"buyer":"b","idempotency_key":"k","sku":"S","quantity":1,"status":"confirmed","created_at":"2026-01-02T03:04:05Z"}`
 	problem := func(kind string, status int, extra string) string {
 		return fmt.Sprintf(`{"type":%q,"title":"t","status":%d,"instance":"/x"%s}`, base+kind, status, extra)
 	}

@@ -57,10 +57,19 @@ func (h *Handler) placeOrder(c *gin.Context) {
 	writeJSON(c, http.StatusCreated, o)
 }
 
-func (h *Handler) getOrder(c *gin.Context) {
+// orderID is the route's order id, or an ErrInvalid it attached.
+func orderID(c *gin.Context) (int64, bool) {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil || id <= 0 {
 		_ = c.Error(fmt.Errorf("%w: order id must be a positive integer", service.ErrInvalid))
+		return 0, false
+	}
+	return id, true
+}
+
+func (h *Handler) getOrder(c *gin.Context) {
+	id, ok := orderID(c)
+	if !ok {
 		return
 	}
 	o, err := h.svc.Order(c.Request.Context(), buyer(c), id)
@@ -97,7 +106,8 @@ func (h *Handler) listOrders(c *gin.Context) {
 		}
 		before = n
 	}
-	os, err := h.svc.Orders(c.Request.Context(), buyer(c), c.Query("sku"), before, limit)
+	os, err := h.svc.Orders(c.Request.Context(), buyer(c),
+		service.OrderFilter{SKU: c.Query("sku"), Status: c.Query("status"), Before: before, Limit: limit})
 	if err != nil {
 		_ = c.Error(err)
 		return
@@ -110,4 +120,53 @@ func (h *Handler) listOrders(c *gin.Context) {
 		page.NextCursor = strconv.FormatInt(os[len(os)-1].ID, 10)
 	}
 	writeJSON(c, http.StatusOK, page)
+}
+
+// confirmRequest is confirm's optional body.
+type confirmRequest struct {
+	PaymentRef *string `json:"payment_ref"`
+}
+
+// confirmOrder records a payment: the body is optional, and without one
+// (no Content-Length, or 0) no Content-Type is needed.
+func (h *Handler) confirmOrder(c *gin.Context) {
+	id, ok := orderID(c)
+	if !ok {
+		return
+	}
+	var req confirmRequest
+	if c.Request.ContentLength != 0 {
+		if err := decodeJSON(c, h.maxBody, &req); err != nil {
+			_ = c.Error(err)
+			return
+		}
+	}
+	ref := ""
+	if req.PaymentRef != nil {
+		if ref = *req.PaymentRef; ref == "" {
+			_ = c.Error(fmt.Errorf("%w: payment_ref must be 1-64 characters of [A-Za-z0-9._:-]", service.ErrInvalid))
+			return
+		}
+	}
+	o, err := h.svc.Confirm(c.Request.Context(), id, ref)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	writeJSON(c, http.StatusOK, o)
+}
+
+// cancelOrder gives up a reserved order of the caller (any buyer's, for
+// the admin). A body, if any, is not read.
+func (h *Handler) cancelOrder(c *gin.Context) {
+	id, ok := orderID(c)
+	if !ok {
+		return
+	}
+	o, err := h.svc.Cancel(c.Request.Context(), buyer(c), id)
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	writeJSON(c, http.StatusOK, o)
 }

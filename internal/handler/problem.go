@@ -32,16 +32,18 @@ const ProblemBase = "https://stock.example/problems/"
 
 // Errors of the HTTP layer itself.
 var (
-	errMalformed      = errors.New("handler: malformed request body")
-	errTooLarge       = errors.New("handler: request body too large")
-	errMediaType      = errors.New("handler: unsupported media type")
-	errUnauthorized   = errors.New("handler: missing or wrong admin token")
-	errAdminDisabled  = errors.New("handler: admin API disabled (no STOCK_ADMIN_TOKEN)")
-	errRouteNotFound  = errors.New("handler: no such route")
-	errMethodNotAllow = errors.New("handler: method not allowed")
-	errBodyTimeout    = errors.New("handler: request body not received in time")
-	errOverloaded     = errors.New("handler: too many requests in flight")
-	errRateLimited    = errors.New("handler: rate limit exceeded")
+	errMalformed           = errors.New("handler: malformed request body")
+	errTooLarge            = errors.New("handler: request body too large")
+	errMediaType           = errors.New("handler: unsupported media type")
+	errUnauthorized        = errors.New("handler: missing or wrong admin token")
+	errAdminDisabled       = errors.New("handler: admin API disabled (no STOCK_ADMIN_TOKEN)")
+	errPaymentUnauthorized = errors.New("handler: missing or wrong payment token")
+	errPaymentDisabled     = errors.New("handler: confirm disabled (no STOCK_PAYMENT_TOKEN or STOCK_ADMIN_TOKEN)")
+	errRouteNotFound       = errors.New("handler: no such route")
+	errMethodNotAllow      = errors.New("handler: method not allowed")
+	errBodyTimeout         = errors.New("handler: request body not received in time")
+	errOverloaded          = errors.New("handler: too many requests in flight")
+	errRateLimited         = errors.New("handler: rate limit exceeded")
 )
 
 type kind struct {
@@ -64,12 +66,17 @@ var problems = []kind{
 	{err: errInvalidToken, status: http.StatusUnauthorized, kind: "invalid-token", title: "A valid buyer bearer token is required"},
 	{err: errUnauthorized, status: http.StatusUnauthorized, kind: "unauthorized", title: "Admin token missing or wrong"},
 	{err: errAdminDisabled, status: http.StatusForbidden, kind: "admin-disabled", title: "The admin API is disabled"},
+	{err: errPaymentUnauthorized, status: http.StatusUnauthorized, kind: "payment-unauthorized", title: "Payment or admin token missing or wrong"},
+	{err: errPaymentDisabled, status: http.StatusForbidden, kind: "payment-disabled", title: "Confirming payments is disabled"},
 	{err: errRouteNotFound, status: http.StatusNotFound, kind: "not-found", title: "No such resource"},
 	{err: errMethodNotAllow, status: http.StatusMethodNotAllowed, kind: "method-not-allowed", title: "Method not allowed"},
 	{err: service.ErrUnknownSKU, status: http.StatusNotFound, kind: "unknown-sku", title: "Unknown SKU"},
 	{err: service.ErrOrderNotFound, status: http.StatusNotFound, kind: "order-not-found", title: "No such order"},
 	{err: service.ErrSoldOut, status: http.StatusConflict, kind: "sold-out", title: "Sold out"},
 	{err: service.ErrLimitExceeded, status: http.StatusConflict, kind: "limit-exceeded", title: "The order would exceed the per-buyer limit of this SKU"},
+	{err: service.ErrOrderExpired, status: http.StatusConflict, kind: "order-expired", title: "The order expired before it was paid", showCause: true},
+	{err: service.ErrOrderCancelled, status: http.StatusConflict, kind: "order-cancelled", title: "The order was cancelled"},
+	{err: service.ErrOrderConfirmed, status: http.StatusConflict, kind: "order-confirmed", title: "The order is confirmed (paid) and cannot be cancelled"},
 	{err: service.ErrKeyReused, status: http.StatusUnprocessableEntity, kind: "idempotency-key-reused", title: "Idempotency-Key reused with a different request"},
 	{err: errRateLimited, status: http.StatusTooManyRequests, kind: "rate-limited", title: "Too many requests from this client, retry later"},
 	{err: errOverloaded, status: http.StatusServiceUnavailable, kind: "overloaded", title: "The instance is serving too many requests, retry later", retry: true},

@@ -23,15 +23,20 @@ import (
 type Service interface {
 	Place(ctx context.Context, r service.PlaceRequest) (service.Order, bool, error)
 	Order(ctx context.Context, buyer string, id int64) (service.Order, error)
-	Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error)
+	Orders(ctx context.Context, buyer string, f service.OrderFilter) ([]service.Order, error)
+	Confirm(ctx context.Context, id int64, paymentRef string) (service.Order, error)
+	Cancel(ctx context.Context, buyer string, id int64) (service.Order, error)
 	Stock(ctx context.Context, sku string) (service.Stock, error)
-	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (service.Stock, error)
+	SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error)
 	Audit(ctx context.Context, sku string) (service.Audit, error)
 }
 
 // Config configures the handler.
 type Config struct {
 	AdminToken string // empty: admin API off (403)
+	// PaymentToken is the payment service's bearer token for confirm (the
+	// admin token is accepted too); with neither set, confirm is off (403).
+	PaymentToken string
 	// Tokens verifies buyers' bearer tokens; the order routes need one
 	// (without it, every order request is 401).
 	Tokens  TokenVerifier
@@ -64,13 +69,14 @@ type Config struct {
 
 // Handler serves the API. It is safe for concurrent use.
 type Handler struct {
-	svc        Service
-	adminToken string
-	maxBody    int64
-	checks     []Check
-	tokens     TokenVerifier
-	log        *slog.Logger
-	budget     *logBudget
+	svc          Service
+	adminToken   string
+	paymentToken string
+	maxBody      int64
+	checks       []Check
+	tokens       TokenVerifier
+	log          *slog.Logger
+	budget       *logBudget
 }
 
 // New returns the whole API as one http.Handler. It returns an error for a
@@ -90,7 +96,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		return nil, err
 	}
 	budget := &logBudget{perSec: int64(cfg.LogBudget)}
-	h := &Handler{svc: svc, adminToken: cfg.AdminToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
+	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
@@ -137,7 +143,12 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	}
 	buyers.POST("", h.placeOrder)
 	get(buyers, "", h.listOrders)
-	get(v1.Group("/orders", h.authBuyer(true)), "/:id", h.getOrder)
+	ownOrAdmin := v1.Group("/orders", h.authBuyer(true))
+	get(ownOrAdmin, "/:id", h.getOrder)
+	ownOrAdmin.POST("/:id/cancel", h.cancelOrder)
+	// The payment service's confirm is not limited per client IP, like the
+	// admin routes: one service sends every confirm.
+	r.Group("/v1/orders", h.payment).POST("/:id/confirm", h.confirmOrder)
 	get(v1, "/stock/:sku", h.getStock)
 	admin := r.Group("/v1/admin", h.admin)
 	admin.PUT("/stock/:sku", h.setStock)

@@ -22,8 +22,9 @@ func (h *Handler) getStock(c *gin.Context) {
 }
 
 type setStockRequest struct {
-	Available     *int64 `json:"available"`
-	PerBuyerLimit *int64 `json:"per_buyer_limit"`
+	Available            *int64 `json:"available"`
+	PerBuyerLimit        *int64 `json:"per_buyer_limit"`
+	PaymentWindowSeconds *int64 `json:"payment_window_seconds"`
 }
 
 func (h *Handler) setStock(c *gin.Context) {
@@ -36,16 +37,20 @@ func (h *Handler) setStock(c *gin.Context) {
 		_ = c.Error(fmt.Errorf("%w: available is required", service.ErrInvalid))
 		return
 	}
-	var limit int64 // absent: no limit
+	set := service.StockSetting{Available: *req.Available} // absent: no limit, no payment window
 	if req.PerBuyerLimit != nil {
-		limit = *req.PerBuyerLimit
+		set.PerBuyerLimit = *req.PerBuyerLimit
 	}
-	st, err := h.svc.SetStock(c.Request.Context(), c.Param("sku"), *req.Available, limit)
+	if req.PaymentWindowSeconds != nil {
+		set.PaymentWindowSeconds = *req.PaymentWindowSeconds
+	}
+	st, err := h.svc.SetStock(c.Request.Context(), c.Param("sku"), set)
 	if err != nil {
 		_ = c.Error(err)
 		return
 	}
-	h.log.InfoContext(c.Request.Context(), "admin: stock set", "sku", c.Param("sku"), "available", st.Available, "per_buyer_limit", st.PerBuyerLimit, "sold", st.Sold, "version", st.Version,
+	h.log.InfoContext(c.Request.Context(), "admin: stock set", "sku", c.Param("sku"), "available", st.Available, "per_buyer_limit", st.PerBuyerLimit,
+		"payment_window_seconds", st.PaymentWindowSeconds, "sold", st.Sold, "version", st.Version,
 		"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP())
 	writeJSON(c, http.StatusOK, st)
 }
@@ -85,6 +90,36 @@ func (h *Handler) admin(c *gin.Context) {
 		return
 	}
 	c.Next()
+}
+
+// payment guards confirm: 403 when neither the payment nor the admin token
+// is configured, 401 unless the bearer token is one of them (each compared
+// in constant time). Buyer tokens are never accepted.
+func (h *Handler) payment(c *gin.Context) {
+	if h.paymentToken == "" && h.adminToken == "" {
+		_ = c.Error(errPaymentDisabled)
+		c.Abort()
+		return
+	}
+	got, ok := bearer(c.GetHeader("Authorization"))
+	if !ok || !(tokenIs(got, h.paymentToken) || tokenIs(got, h.adminToken)) {
+		if ok, n := h.budget.take(time.Now()); ok {
+			h.log.WarnContext(c.Request.Context(), "payment: authentication failed", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
+				"token_sent", got != "", "request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(),
+				"suppressed_4xx_lines", n)
+		}
+		c.Header("WWW-Authenticate", `Bearer realm="stock-payment"`)
+		_ = c.Error(errPaymentUnauthorized)
+		c.Abort()
+		return
+	}
+	c.Next()
+}
+
+// tokenIs reports whether got is want, a configured (non-empty) token,
+// compared in constant time.
+func tokenIs(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // bearer returns the credentials of an Authorization header with the Bearer

@@ -16,12 +16,16 @@ type Metrics struct {
 	Orders          *prometheus.CounterVec   // result: created, replayed, sold_out, limit_exceeded, busy, rejected, lock_lost, error
 	LockWait        *prometheus.HistogramVec // result: acquired, timeout, error
 	LockHeld        prometheus.Histogram
-	LockResults     *prometheus.CounterVec // result: acquired, timeout, lost, error
-	Renewals        *prometheus.CounterVec // result: renewed, lost, failed
-	Conflicts       *prometheus.CounterVec // strategy: versioned UPDATE misses
-	DBOnly          prometheus.Counter     // orders placed through the DB-only path because Redis was down
-	BatchSize       prometheus.Histogram   // orders served per lock acquisition (request combining)
-	RateLimits      *prometheus.CounterVec // result: allowed, limited, failed_open, failed_closed
+	LockResults     *prometheus.CounterVec   // result: acquired, timeout, lost, error
+	Renewals        *prometheus.CounterVec   // result: renewed, lost, failed
+	Conflicts       *prometheus.CounterVec   // strategy: versioned UPDATE misses
+	DBOnly          prometheus.Counter       // orders placed through the DB-only path because Redis was down
+	BatchSize       prometheus.Histogram     // orders served per lock acquisition (request combining)
+	RateLimits      *prometheus.CounterVec   // result: allowed, limited, failed_open, failed_closed
+	Transitions     *prometheus.CounterVec   // to (confirmed, cancelled, expired), cause (confirm, cancel, expire)
+	Returned        *prometheus.CounterVec   // cause: units given back by cancel or expiry
+	TransitionTime  *prometheus.HistogramVec // op (confirm, cancel), outcome
+	SweepLag        prometheus.Gauge         // how long the oldest reservation past its deadline has been waiting
 }
 
 // New registers the metrics on reg, with the Go and process collectors.
@@ -64,9 +68,23 @@ func New(reg prometheus.Registerer) *Metrics {
 		RateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stock_rate_limit_total", Help: "Rate limit decisions: allowed, limited, failed_open and failed_closed (Redis could not be asked).",
 		}, []string{"result"}),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_order_transitions_total", Help: "Orders moved out of reserved, by the status they reached and the cause (confirm, cancel, expire).",
+		}, []string{"to", "cause"}),
+		Returned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_units_returned_total", Help: "Units given back to available by cancelled or expired orders, by cause.",
+		}, []string{"cause"}),
+		TransitionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stock_order_transition_seconds", Help: "Latency of confirm and cancel, by op and outcome.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"op", "outcome"}),
+		SweepLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stock_expiry_lag_seconds", Help: "Age past its deadline of the oldest reserved order not yet expired, at the last sweep (0: none overdue).",
+		}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.Orders, m.LockWait, m.LockHeld, m.LockResults,
 		m.Renewals, m.Conflicts, m.DBOnly, m.BatchSize, m.RateLimits,
+		m.Transitions, m.Returned, m.TransitionTime, m.SweepLag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"created", "replayed", "sold_out", "limit_exceeded", "busy", "rejected", "lock_lost", "error"} {
 		m.Orders.WithLabelValues(r)
@@ -80,7 +98,42 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"allowed", "limited", "failed_open", "failed_closed"} {
 		m.RateLimits.WithLabelValues(r)
 	}
+	for _, t := range [][2]string{{"confirmed", "confirm"}, {"cancelled", "cancel"}, {"expired", "expire"}, {"expired", "confirm"}, {"expired", "cancel"}} {
+		m.Transitions.WithLabelValues(t[0], t[1])
+	}
+	for _, c := range []string{"cancel", "expire"} {
+		m.Returned.WithLabelValues(c)
+	}
 	return m
+}
+
+// CountTransitions counts n orders that reached status to, by cause.
+func (m *Metrics) CountTransitions(to, cause string, n int) {
+	if m != nil {
+		m.Transitions.WithLabelValues(to, cause).Add(float64(n))
+	}
+}
+
+// CountReturn counts units given back to available, by cause.
+func (m *Metrics) CountReturn(cause string, units int64) {
+	if m != nil {
+		m.Returned.WithLabelValues(cause).Add(float64(units))
+	}
+}
+
+// ObserveTransition records one confirm or cancel: its latency by outcome.
+func (m *Metrics) ObserveTransition(op, outcome string, d time.Duration) {
+	if m != nil {
+		m.TransitionTime.WithLabelValues(op, outcome).Observe(d.Seconds())
+	}
+}
+
+// SetSweepLag records the age past its deadline of the oldest reservation
+// not yet expired.
+func (m *Metrics) SetSweepLag(d time.Duration) {
+	if m != nil {
+		m.SweepLag.Set(d.Seconds())
+	}
 }
 
 // Strategy creates the zero series of the counters labelled by strategy, so

@@ -102,14 +102,14 @@ func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, sto
 			return nil
 		}
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		rows := orderRows(b, plan, now)
+		rows := orderRows(b, plan, cur, now)
 		if err := s.insertOrders(tx, rows); err != nil {
 			return err
 		}
 		for j, i := range plan.Placed {
 			orders[i] = rows[j].order()
 		}
-		return s.finishBatch(tx, b, cur.Version, plan.Total, now, saleLedger(b.SKU, rows, now))
+		return s.finishBatch(tx, b, cur, plan.Total, now, saleLedger(b.SKU, rows, now))
 	})
 	if err != nil {
 		if service.IsError(err) || errors.Is(err, errKeyRace) {
@@ -136,13 +136,15 @@ func hasKey(ids map[service.BuyerKey]int64) func(service.BuyerKey) bool {
 	return func(k service.BuyerKey) bool { _, ok := ids[k]; return ok }
 }
 
-// orderRows is the order rows of the plan's placed items.
-func orderRows(b service.Batch, plan service.BatchPlan, now time.Time) []orderModel {
+// orderRows is the order rows of the plan's placed items, with the status
+// and deadline of an order placed on cur.
+func orderRows(b service.Batch, plan service.BatchPlan, cur stockModel, now time.Time) []orderModel {
 	rows := make([]orderModel, len(plan.Placed))
+	status, expires := cur.newOrderStatus()
 	for j, i := range plan.Placed {
 		it, fence := b.Items[i], b.Fence
 		rows[j] = orderModel{Buyer: it.Buyer, IdempotencyKey: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
-			Quantity: it.Quantity, Fence: &fence, CreatedAt: now}
+			Quantity: it.Quantity, Status: status, ExpiresAt: expires, Fence: &fence, CreatedAt: now}
 	}
 	return rows
 }
@@ -157,14 +159,15 @@ func saleLedger(sku string, rows []orderModel, now time.Time) []ledgerModel {
 }
 
 // finishBatch writes the batch's ledger rows, ends with the versioned
-// UPDATE by total and runs b.BeforeCommit. It returns service.ErrConflict
-// when the version moved.
-func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, version, total int64, now time.Time, ledger []ledgerModel) error {
+// UPDATE by total (from cur, as read) and runs b.BeforeCommit. It returns
+// service.ErrConflict when the version moved.
+func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, cur stockModel, total int64, now time.Time, ledger []ledgerModel) error {
 	ctx := tx.Statement.Context
 	if err := insertLedger(tx, ledger); err != nil {
 		return translate(ctx, "insert ledger", err)
 	}
-	upd := tx.Model(&stockModel{}).Where("sku = ? AND version = ? AND available >= ?", b.SKU, version, total).Updates(sale(total, now))
+	upd := tx.Model(&stockModel{}).Where("sku = ? AND version = ? AND available >= ?", b.SKU, cur.Version, total).
+		Updates(sale(total, cur.PaymentWindowSeconds > 0, now))
 	if upd.Error != nil {
 		return translate(ctx, "update stock", upd.Error)
 	}
@@ -284,10 +287,10 @@ func readBackIDs(ctx context.Context, q queryer, rows []orderModel) error {
 
 // ordersInsert is the multi-row INSERT of rows, with its arguments.
 func ordersInsert(rows []orderModel) (string, []any) {
-	return multiInsert("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, fence, created_at)", len(rows), 7,
+	return multiInsert("INSERT INTO orders (buyer, idempotency_key, request_hash, sku, quantity, status, expires_at, fence, created_at)", len(rows), 9,
 		func(i int, args []any) []any {
 			r := rows[i]
-			return append(args, r.Buyer, r.IdempotencyKey, r.RequestHash, r.SKU, r.Quantity, r.Fence, r.CreatedAt)
+			return append(args, r.Buyer, r.IdempotencyKey, r.RequestHash, r.SKU, r.Quantity, r.Status, r.ExpiresAt, r.Fence, r.CreatedAt)
 		})
 }
 

@@ -92,7 +92,7 @@ func batchOf(n int, prefix string) []service.BatchItem {
 func TestBatchStatementsAreFlat(t *testing.T) {
 	s := openCounted(t)
 	ctx := context.Background()
-	if _, err := s.SetStock(ctx, "F", 1000, 0); err != nil {
+	if _, err := s.SetStock(ctx, "F", service.StockSetting{Available: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	n := &queries
@@ -128,7 +128,7 @@ func TestMultiBatchChecksKeysByIndex(t *testing.T) {
 		t.Skip("the server does not number a statement's rows consecutively: no multi-statement batch")
 	}
 	ctx := context.Background()
-	if _, err := s.SetStock(ctx, "IX", 100, 0); err != nil {
+	if _, err := s.SetStock(ctx, "IX", service.StockSetting{Available: 100}); err != nil {
 		t.Fatal(err)
 	}
 	place := func(items []service.BatchItem) ([]service.Order, []error, int64) {
@@ -196,7 +196,7 @@ func TestBatchKeyReadsDoNotStarveThePool(t *testing.T) {
 			errs := make(chan error, skus*rounds)
 			for k := range skus {
 				sku := fmt.Sprint("P", k)
-				if _, err := s.SetStock(ctx, sku, 1000, 0); err != nil {
+				if _, err := s.SetStock(ctx, sku, service.StockSetting{Available: 1000}); err != nil {
 					t.Fatal(err)
 				}
 				wg.Go(func() {
@@ -251,7 +251,7 @@ func concurrentBatches(t *testing.T, s *Store) {
 	ctx := context.Background()
 	const skus, rounds = 6, 10
 	for k := range skus {
-		if _, err := s.SetStock(ctx, fmt.Sprint("C", k), 10_000, 0); err != nil {
+		if _, err := s.SetStock(ctx, fmt.Sprint("C", k), service.StockSetting{Available: 10_000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -319,12 +319,12 @@ func TestMultiBatchConflictRollsBack(t *testing.T) {
 	}
 	s.multi.SetMaxOpenConns(1)
 	ctx := context.Background()
-	if _, err := s.SetStock(ctx, "MC", 100, 0); err != nil {
+	if _, err := s.SetStock(ctx, "MC", service.StockSetting{Available: 100}); err != nil {
 		t.Fatal(err)
 	}
 	s.afterStockRead = func() {
 		s.afterStockRead = nil
-		if _, err := s.SetStock(ctx, "MC", 50, 0); err != nil { // another writer, past a failed lock
+		if _, err := s.SetStock(ctx, "MC", service.StockSetting{Available: 50}); err != nil { // another writer, past a failed lock
 			t.Error(err)
 		}
 	}

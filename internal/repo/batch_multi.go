@@ -51,8 +51,8 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 		return orders, plan.Errs, nil
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	rows := orderRows(b, plan, now)
-	first, err := s.commitMulti(ctx, conn, b, rows, cur.Version, plan.Total, now)
+	rows := orderRows(b, plan, cur, now)
+	first, err := s.commitMulti(ctx, conn, b, rows, cur, plan.Total, now)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -67,8 +67,9 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 // service.ErrUnknownSKU.
 func readStockRow(ctx context.Context, conn *sql.Conn, sku string) (stockModel, error) {
 	var cur stockModel
-	err := conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, restock_seq FROM stock WHERE sku = ?", sku).
-		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.RestockSeq)
+	err := conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, payment_window_seconds, restock_seq, UTC_TIMESTAMP(6) "+
+		"FROM stock WHERE sku = ?", sku).
+		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.PaymentWindowSeconds, &cur.RestockSeq, &cur.DBNow)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return cur, service.ErrUnknownSKU
@@ -82,8 +83,8 @@ func readStockRow(ctx context.Context, conn *sql.Conn, sku string) (stockModel, 
 // commits. It returns the first order's id (the rest follow it), or
 // errKeyRace, service.ErrConflict, BeforeCommit's error or one wrapping
 // service.ErrUnavailable, with the transaction rolled back.
-func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch, rows []orderModel, version, total int64, now time.Time) (int64, error) {
-	q, args, err := batchStatements(b.SKU, rows, version, total, now)
+func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch, rows []orderModel, cur stockModel, total int64, now time.Time) (int64, error) {
+	q, args, err := batchStatements(b.SKU, rows, cur, total, now)
 	if err != nil {
 		return 0, err
 	}
@@ -142,8 +143,9 @@ func execMulti(ctx context.Context, conn *sql.Conn, q string, args []driver.Name
 
 // batchStatements is the batch's multi-statement: START TRANSACTION, the
 // orders' INSERT, the ledger's INSERT numbered from LAST_INSERT_ID() (the
-// orders' first id) and the versioned UPDATE by total.
-func batchStatements(sku string, rows []orderModel, version, total int64, now time.Time) (string, []driver.NamedValue, error) {
+// orders' first id) and the versioned UPDATE by total (reserved or sold, as
+// cur's payment window says).
+func batchStatements(sku string, rows []orderModel, cur stockModel, total int64, now time.Time) (string, []driver.NamedValue, error) {
 	insert, values := ordersInsert(rows)
 	var q strings.Builder
 	q.Grow(len(insert) + len(rows)*40 + 300)
@@ -159,8 +161,13 @@ func batchStatements(sku string, rows []orderModel, version, total int64, now ti
 		q.WriteString(", ?)")
 		values = append(values, sku, -int64(r.Quantity), now)
 	}
-	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, version = version + 1, updated_at = ? WHERE sku = ? AND version = ? AND available >= ?")
-	values = append(values, total, total, now, sku, version, total)
+	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, reserved = reserved + ?, version = version + 1, updated_at = ? " +
+		"WHERE sku = ? AND version = ? AND available >= ?")
+	sold, reserved := total, int64(0)
+	if cur.PaymentWindowSeconds > 0 {
+		sold, reserved = 0, total
+	}
+	values = append(values, total, sold, reserved, now, sku, cur.Version, total)
 	// Sent to the driver itself (conn.Raw), past database/sql's conversion
 	// of arguments: the same conversion here (an int, a *int64).
 	args := make([]driver.NamedValue, len(values))

@@ -79,7 +79,7 @@ func benchStore(b *testing.B) *Store {
 // batch and per order: what the store adds to an instance's share of the
 // machine.
 func benchBatches(b *testing.B, s *Store, sku string, size int, place func(service.Batch) error) {
-	if _, err := s.SetStock(context.Background(), sku, 1<<30, 0); err != nil {
+	if _, err := s.SetStock(context.Background(), sku, service.StockSetting{Available: 1 << 30}); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()

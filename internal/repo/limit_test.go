@@ -83,7 +83,7 @@ func deduction(sku, buyer, key string, w service.Write) service.Deduction {
 
 func mustSet(t *testing.T, s *repo.Store, sku string, available, limit int64) {
 	t.Helper()
-	if _, err := s.SetStock(context.Background(), sku, available, limit); err != nil {
+	if _, err := s.SetStock(context.Background(), sku, service.StockSetting{Available: available, PerBuyerLimit: limit}); err != nil {
 		t.Fatalf("SetStock(%q, %d, %d) = %v", sku, available, limit, err)
 	}
 }

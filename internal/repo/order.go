@@ -29,19 +29,21 @@ func (s *Store) Order(ctx context.Context, id int64) (service.Order, error) {
 	return s.findOrder(s.db.WithContext(ctx).Where("id = ?", id))
 }
 
-// Orders returns the buyer's orders (of sku, unless ""), newest first, with
-// ids below before (0: from the newest), at most limit. The buyer matches
-// byte for byte, as in OrderByKey.
-func (s *Store) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error) {
+// Orders returns the buyer's orders as f selects them, newest first. The
+// buyer matches byte for byte, as in OrderByKey.
+func (s *Store) Orders(ctx context.Context, buyer string, f service.OrderFilter) ([]service.Order, error) {
 	q := s.db.WithContext(ctx).Where("buyer = ?", buyer)
-	if sku != "" {
-		q = q.Where("sku = ?", sku)
+	if f.SKU != "" {
+		q = q.Where("sku = ?", f.SKU)
 	}
-	if before > 0 {
-		q = q.Where("id < ?", before)
+	if f.Status != "" {
+		q = q.Where("status = ?", f.Status)
+	}
+	if f.Before > 0 {
+		q = q.Where("id < ?", f.Before)
 	}
 	var rows []orderModel
-	if err := q.Order("id DESC").Limit(limit).Find(&rows).Error; err != nil {
+	if err := q.Order("id DESC").Limit(f.Limit).Find(&rows).Error; err != nil {
 		return nil, translate(ctx, "list orders", err)
 	}
 	out := make([]service.Order, 0, len(rows))
@@ -105,7 +107,7 @@ func readStock(tx *gorm.DB, sku string, lock bool) (stockModel, error) {
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	var row stockModel
-	res := q.Where("sku = ?", sku).Limit(1).Find(&row)
+	res := q.Select("*, UTC_TIMESTAMP(6) AS db_now").Where("sku = ?", sku).Limit(1).Find(&row)
 	if res.Error != nil {
 		return row, translate(tx.Statement.Context, "read stock", res.Error)
 	}
@@ -181,12 +183,16 @@ func takeAllowance(tx *gorm.DB, buyer, sku string, q, limit int64, plain bool) e
 	return &service.LimitError{Limit: limit, Held: h, Requested: q}
 }
 
-// sale returns the UPDATE of a sale of q units: available down, sold up,
-// version bumped.
-func sale(q int64, now time.Time) map[string]any {
+// sale returns the UPDATE of a sale of q units: available down, reserved
+// (reserve) or sold up, version bumped.
+func sale(q int64, reserve bool, now time.Time) map[string]any {
+	held := "sold"
+	if reserve {
+		held = "reserved"
+	}
 	return map[string]any{
 		"available":  gorm.Expr("available - ?", q),
-		"sold":       gorm.Expr("sold + ?", q),
+		held:         gorm.Expr(held+" + ?", q),
 		"version":    gorm.Expr("version + 1"),
 		"updated_at": now,
 	}
@@ -206,7 +212,9 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	}
 	ctx := tx.Statement.Context
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	row := orderModel{Buyer: d.Buyer, IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity, Fence: d.Fence, CreatedAt: now}
+	status, expires := cur.newOrderStatus()
+	row := orderModel{Buyer: d.Buyer, IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity,
+		Status: status, ExpiresAt: expires, Fence: d.Fence, CreatedAt: now}
 	if err := tx.Create(&row).Error; err != nil { // row.ID from the INSERT's LastInsertId
 		return service.Order{}, translate(ctx, "insert order", err)
 	}
@@ -222,8 +230,9 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 // readForDeduct reads what d's write checks before it writes: the whole
 // row (with FOR UPDATE for WriteForUpdate), refused when restocked since d
 // was admitted or sold out; for WriteConditional, whose UPDATE checks the
-// stock itself, only the limit and the restock sequence, with a plain read
-// (the UPDATE matches only while the row still has them).
+// stock itself, only the limit, the payment window and the restock
+// sequence, with a plain read (the UPDATE matches only while the row still
+// has them).
 func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 	if d.Write != service.WriteConditional {
 		cur, err := readStock(tx, d.SKU, d.Write == service.WriteForUpdate)
@@ -239,7 +248,8 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 		return cur, nil
 	}
 	var got []stockModel
-	if err := tx.Model(&stockModel{}).Select("per_buyer_limit", "restock_seq").Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
+	if err := tx.Model(&stockModel{}).Select("per_buyer_limit, payment_window_seconds, restock_seq, UTC_TIMESTAMP(6) AS db_now").
+		Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
 		return stockModel{}, translate(tx.Statement.Context, "read stock", err)
 	}
 	if len(got) == 0 {
@@ -253,18 +263,24 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 // service.ErrConflict (versioned), or, for the conditional write, whatever
 // the row says now (updateMissed).
 func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.Time) error {
-	q := int64(d.Quantity)
+	q, reserve := int64(d.Quantity), cur.PaymentWindowSeconds > 0
 	upd := tx.Model(&stockModel{}).Where("sku = ?", d.SKU)
 	switch d.Write {
 	case service.WritePlain:
 		// Absolute values from the read: a lost update when writers overlap.
-		upd = upd.Updates(map[string]any{"available": cur.Available - q, "sold": cur.Sold + q, "version": gorm.Expr("version + 1"), "updated_at": now})
+		set := map[string]any{"available": cur.Available - q, "sold": cur.Sold + q, "version": gorm.Expr("version + 1"), "updated_at": now}
+		if reserve {
+			delete(set, "sold")
+			set["reserved"] = cur.Reserved + q
+		}
+		upd = upd.Updates(set)
 	case service.WriteVersioned:
-		upd = upd.Where("version = ? AND available >= ?", cur.Version, q).Updates(sale(q, now))
+		upd = upd.Where("version = ? AND available >= ?", cur.Version, q).Updates(sale(q, reserve, now))
 	case service.WriteConditional:
-		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND restock_seq = ?", q, cur.PerBuyerLimit, cur.RestockSeq).Updates(sale(q, now))
+		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND payment_window_seconds = ? AND restock_seq = ?",
+			q, cur.PerBuyerLimit, cur.PaymentWindowSeconds, cur.RestockSeq).Updates(sale(q, reserve, now))
 	case service.WriteForUpdate:
-		upd = upd.Updates(sale(q, now))
+		upd = upd.Updates(sale(q, reserve, now))
 	default:
 		return fmt.Errorf("repo: unknown write mode %d", d.Write)
 	}
@@ -283,8 +299,8 @@ func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.
 
 // updateMissed tells why the conditional UPDATE matched no row, outside the
 // hot path, from the row as it is now (a locking read): restocked since d
-// was admitted, a new limit or restock (service.ErrConflict: try again), or
-// sold out.
+// was admitted, a new limit, window or restock (service.ErrConflict: try
+// again), or sold out.
 func updateMissed(tx *gorm.DB, d service.Deduction, cur stockModel) error {
 	row, err := readStock(tx, d.SKU, true)
 	switch {
@@ -292,7 +308,7 @@ func updateMissed(tx *gorm.DB, d service.Deduction, cur stockModel) error {
 		return err
 	case service.Restocked(d.Admitted, row.RestockSeq) != nil:
 		return service.Restocked(d.Admitted, row.RestockSeq)
-	case row.PerBuyerLimit != cur.PerBuyerLimit, row.RestockSeq != cur.RestockSeq:
+	case row.PerBuyerLimit != cur.PerBuyerLimit, row.PaymentWindowSeconds != cur.PaymentWindowSeconds, row.RestockSeq != cur.RestockSeq:
 		return service.ErrConflict
 	}
 	return service.ErrSoldOut

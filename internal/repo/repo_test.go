@@ -39,7 +39,7 @@ func TestDeductBatchFillsInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	if _, err := s.SetStock(ctx, "B", 5, 0); err != nil {
+	if _, err := s.SetStock(ctx, "B", service.StockSetting{Available: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Deduct(ctx, service.Deduction{Buyer: "b1", Key: "old", RequestHash: "h", SKU: "B", Quantity: 1, Write: service.WriteConditional}); err != nil {
@@ -74,7 +74,7 @@ func TestDeductBatchFillsInOrder(t *testing.T) {
 	}
 	// The key twice in one batch: the second is sold out here only because
 	// stock ran out first; with stock left it would be a duplicate.
-	if _, err := s.SetStock(ctx, "B", 10, 0); err != nil {
+	if _, err := s.SetStock(ctx, "B", service.StockSetting{Available: 10}); err != nil {
 		t.Fatal(err)
 	}
 	_, errs, err = s.DeductBatch(ctx, service.Batch{SKU: "B", Items: []service.BatchItem{
@@ -88,7 +88,7 @@ func TestDuplicateKeyIsTranslated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	if _, err := s.SetStock(ctx, "D", 5, 0); err != nil {
+	if _, err := s.SetStock(ctx, "D", service.StockSetting{Available: 5}); err != nil {
 		t.Fatal(err)
 	}
 	d := service.Deduction{Buyer: "b1", Key: "dup", RequestHash: "h", SKU: "D", Quantity: 1, Write: service.WriteConditional}
@@ -123,7 +123,7 @@ func TestPrecheck(t *testing.T) {
 	if _, _, err := s.Precheck(ctx, "P", "b1", "k"); !errors.Is(err, service.ErrUnknownSKU) {
 		t.Fatalf("Precheck of an unknown SKU = %v; want ErrUnknownSKU", err)
 	}
-	if _, err := s.SetStock(ctx, "P", 4, 0); err != nil {
+	if _, err := s.SetStock(ctx, "P", service.StockSetting{Available: 4}); err != nil {
 		t.Fatal(err)
 	}
 	st, o, err := s.Precheck(ctx, "P", "b1", "k")
@@ -158,7 +158,7 @@ func TestBuyerMatchesExactly(t *testing.T) {
 		if o, err := s.OrderByKey(ctx, other, "k1"); !errors.Is(err, service.ErrOrderNotFound) {
 			t.Errorf("OrderByKey(%q, k1) = %+v, %v; want ErrOrderNotFound", other, o, err)
 		}
-		if os, err := s.Orders(ctx, other, "", 0, 10); err != nil || len(os) != 0 {
+		if os, err := s.Orders(ctx, other, service.OrderFilter{Limit: 10}); err != nil || len(os) != 0 {
 			t.Errorf("Orders(%q) = %+v, %v; want none", other, os, err)
 		}
 		if _, prev, err := s.Precheck(ctx, "EX", other, "k1"); err != nil || prev != nil {

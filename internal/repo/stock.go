@@ -43,7 +43,7 @@ func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.Buy
 	// A LEFT JOIN on a constant condition: one row per order of the keys,
 	// or one with no order, each with the stock row.
 	q.WriteString("SELECT s.available, s.sold, s.version, s.per_buyer_limit, s.restock_seq, " +
-		"o.id, o.buyer, o.idempotency_key, o.sku, o.request_hash, o.quantity, o.fence, o.created_at " +
+		"o.id, o.buyer, o.idempotency_key, o.sku, o.request_hash, o.quantity, o.status, o.expires_at, o.payment_ref, o.fence, o.created_at " +
 		"FROM stock s LEFT JOIN orders o ON (o.buyer, o.idempotency_key) IN (")
 	args := make([]any, 0, 1+2*len(keys))
 	for i, k := range keys {
@@ -66,11 +66,11 @@ func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.Buy
 	for rows.Next() {
 		var id sql.NullInt64
 		var o orderModel
-		var buyer, key, osku, hash sql.NullString
+		var buyer, key, osku, hash, status sql.NullString
 		var quantity sql.NullInt64
 		var created sql.NullTime
 		if err := rows.Scan(&st.Available, &st.Sold, &st.Version, &st.PerBuyerLimit, &st.RestockSeq,
-			&id, &buyer, &key, &osku, &hash, &quantity, &o.Fence, &created); err != nil {
+			&id, &buyer, &key, &osku, &hash, &quantity, &status, &o.ExpiresAt, &o.PaymentRef, &o.Fence, &created); err != nil {
 			return service.Stock{}, nil, translate(ctx, "precheck", err)
 		}
 		found = true
@@ -78,7 +78,7 @@ func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.Buy
 			continue
 		}
 		o.ID, o.Buyer, o.IdempotencyKey, o.SKU, o.RequestHash = id.Int64, buyer.String, key.String, osku.String, hash.String
-		o.Quantity, o.CreatedAt = int(quantity.Int64), created.Time
+		o.Quantity, o.Status, o.CreatedAt = int(quantity.Int64), status.String, created.Time
 		out := o.order()
 		byKey[service.BuyerKey{Buyer: o.Buyer, Key: o.IdempotencyKey}] = &out
 	}
@@ -95,65 +95,50 @@ func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.Buy
 	return st, orders, nil
 }
 
-// SetStock creates sku with available units, or sets its available count,
-// and records the change as a restock entry in the ledger, in one
-// transaction. Setting the current value writes nothing. It returns the new row, or an error wrapping
-// service.ErrUnavailable.
-func (s *Store) SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (service.Stock, error) {
+// SetStock creates sku as set says, or sets its available count, per-buyer
+// limit and payment window, and records a change of the count as a restock
+// entry in the ledger, in one transaction. Setting the current values
+// writes nothing. A new limit or window bumps the version, so that an order
+// which read the old one cannot commit (its versioned UPDATE misses, and
+// the conditional one checks both). It returns the new row, or an error
+// wrapping service.ErrUnavailable.
+func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error) {
 	var out service.Stock
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		cur, err := readStock(tx, sku, true)
-		exists := err == nil
-		if err != nil && !errors.Is(err, service.ErrUnknownSKU) {
-			return err
-		}
-		var delta int64
-		if !exists {
-			delta = available
-			row := stockModel{SKU: sku, Available: available, Stocked: available, Version: 1, PerBuyerLimit: perBuyerLimit, UpdatedAt: now}
-			if err := tx.Create(&row).Error; err != nil {
-				return err
-			}
+		if errors.Is(err, service.ErrUnknownSKU) {
+			row := stockModel{SKU: sku, Available: set.Available, Stocked: set.Available, Version: 1, PerBuyerLimit: set.PerBuyerLimit,
+				PaymentWindowSeconds: set.PaymentWindowSeconds, UpdatedAt: now}
 			out = row.stock()
-		} else {
-			if cur.Available == available {
-				// The count does not change: no zero-delta ledger row. A
-				// new limit bumps the version, so that an order which read
-				// the old limit cannot commit (its versioned UPDATE misses,
-				// and the conditional one checks the limit it read).
-				out = cur.stock()
-				if cur.PerBuyerLimit == perBuyerLimit {
-					return nil
-				}
-				out.PerBuyerLimit, out.Version = perBuyerLimit, cur.Version+1
-				seq := restockSeq(cur, available, perBuyerLimit, s.maxQuantity)
-				out.RestockSeq = seq
-				if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
-					"per_buyer_limit": perBuyerLimit, "version": gorm.Expr("version + 1"), "restock_seq": seq, "updated_at": now,
-				}).Error; err != nil {
-					return err
-				}
-				return recountPurchases(tx, sku, cur.PerBuyerLimit, perBuyerLimit)
+			if err := tx.Omit("db_now").Create(&row).Error; err != nil {
+				return err
 			}
-			delta = available - cur.Available
-			seq := restockSeq(cur, available, perBuyerLimit, s.maxQuantity)
-			out = service.Stock{SKU: sku, Available: available, Sold: cur.Sold, Version: cur.Version + 1, PerBuyerLimit: perBuyerLimit,
-				RestockSeq: seq}
-			if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
-				"available": available, "stocked": gorm.Expr("stocked + ?", delta), "version": gorm.Expr("version + 1"),
-				"per_buyer_limit": perBuyerLimit, "restock_seq": seq, "updated_at": now,
-			}).Error; err != nil {
+			return tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: set.Available, CreatedAt: now}).Error
+		}
+		if err != nil {
+			return err
+		}
+		out = cur.stock()
+		if cur.Available == set.Available && cur.PerBuyerLimit == set.PerBuyerLimit && cur.PaymentWindowSeconds == set.PaymentWindowSeconds {
+			return nil
+		}
+		seq := restockSeq(cur, set.Available, set.PerBuyerLimit, s.maxQuantity)
+		delta := set.Available - cur.Available
+		out.Available, out.PerBuyerLimit, out.PaymentWindowSeconds = set.Available, set.PerBuyerLimit, set.PaymentWindowSeconds
+		out.Version, out.RestockSeq = cur.Version+1, seq
+		if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
+			"available": set.Available, "stocked": gorm.Expr("stocked + ?", delta), "version": gorm.Expr("version + 1"),
+			"per_buyer_limit": set.PerBuyerLimit, "payment_window_seconds": set.PaymentWindowSeconds, "restock_seq": seq, "updated_at": now,
+		}).Error; err != nil {
+			return err
+		}
+		if delta != 0 { // no zero-delta ledger rows
+			if err := tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: delta, CreatedAt: now}).Error; err != nil {
 				return err
 			}
 		}
-		if err := tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: delta, CreatedAt: now}).Error; err != nil {
-			return err
-		}
-		if exists {
-			return recountPurchases(tx, sku, cur.PerBuyerLimit, perBuyerLimit)
-		}
-		return nil
+		return recountPurchases(tx, sku, cur.PerBuyerLimit, set.PerBuyerLimit)
 	})
 	if err != nil {
 		return service.Stock{}, translate(ctx, "set stock", err)
@@ -174,9 +159,9 @@ func restockSeq(cur stockModel, available, limit, maxQuantity int64) int64 {
 	return cur.RestockSeq
 }
 
-// recountPurchases rebuilds the SKU's purchase rows from its orders when a
-// limit is switched on: orders are counted there only while a limit is set
-// (so a SKU without one pays nothing for it).
+// recountPurchases rebuilds the SKU's purchase rows from its reserved and
+// confirmed orders when a limit is switched on: orders are counted there
+// only while a limit is set (so a SKU without one pays nothing for it).
 func recountPurchases(tx *gorm.DB, sku string, from, to int64) error {
 	if to == 0 || from != 0 {
 		return nil
@@ -186,7 +171,7 @@ func recountPurchases(tx *gorm.DB, sku string, from, to int64) error {
 	}
 	// INSERT ... SELECT: clearer in SQL than through the builder.
 	return tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) "+
-		"SELECT buyer, sku, SUM(quantity) FROM orders WHERE sku = ? GROUP BY buyer, sku", sku).Error
+		"SELECT buyer, sku, SUM(quantity) FROM orders WHERE sku = ? AND status IN ('reserved', 'confirmed') GROUP BY buyer, sku", sku).Error
 }
 
 // Audit reconciles sku from one consistent snapshot of the stock row, its
@@ -195,49 +180,21 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 	a := service.Audit{SKU: sku}
 	found := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var rows []struct{ Available, Sold, Stocked, PerBuyerLimit int64 }
-		if err := tx.Raw("SELECT available, sold, stocked, per_buyer_limit FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
+		var rows []stockModel
+		if err := tx.Raw("SELECT * FROM stock WHERE sku = ?", sku).Scan(&rows).Error; err != nil {
 			return err
 		}
-		if len(rows) == 0 {
+		if found = len(rows) > 0; !found {
 			return nil
 		}
-		found = true
-		a.Available, a.Sold, a.Stocked, a.PerBuyerLimit = rows[0].Available, rows[0].Sold, rows[0].Stocked, rows[0].PerBuyerLimit
-		var o struct{ N, Q, K int64 }
-		if err := tx.Raw("SELECT COUNT(*) AS n, COALESCE(SUM(quantity), 0) AS q, COUNT(DISTINCT buyer, idempotency_key) AS k FROM orders WHERE sku = ?", sku).
-			Scan(&o).Error; err != nil {
-			return err
-		}
-		a.Orders, a.OrderedQuantity, a.DistinctKeys = o.N, o.Q, o.K
-		// What each buyer holds, from the orders themselves.
-		var b struct{ MaxHeld, OverLimit int64 }
-		if err := tx.Raw("SELECT COALESCE(MAX(held), 0) AS max_held, COALESCE(SUM(? > 0 AND held > ?), 0) AS over_limit "+
-			"FROM (SELECT SUM(quantity) AS held FROM orders WHERE sku = ? GROUP BY buyer) h", a.PerBuyerLimit, a.PerBuyerLimit, sku).
-			Scan(&b).Error; err != nil {
-			return err
-		}
-		a.MaxBuyerHolds, a.BuyersOverLimit = b.MaxHeld, b.OverLimit
-		// The purchase rows (kept while a limit is set) must agree with the
-		// orders of each buyer they count.
-		if a.PerBuyerLimit > 0 {
-			var m struct{ Rows, Orders int64 }
-			if err := tx.Raw("SELECT "+
-				"(SELECT COUNT(*) FROM buyer_purchases p LEFT JOIN (SELECT buyer, SUM(quantity) AS held FROM orders WHERE sku = ? GROUP BY buyer) h "+
-				"ON h.buyer = p.buyer WHERE p.sku = ? AND p.quantity <> COALESCE(h.held, 0)) AS `rows`, "+
-				"(SELECT COUNT(*) FROM (SELECT buyer FROM orders WHERE sku = ? GROUP BY buyer) h LEFT JOIN buyer_purchases p "+
-				"ON p.buyer = h.buyer AND p.sku = ? WHERE p.buyer IS NULL) AS orders", sku, sku, sku, sku).Scan(&m).Error; err != nil {
+		r := rows[0]
+		a.Available, a.Reserved, a.Sold, a.Stocked = r.Available, r.Reserved, r.Sold, r.Stocked
+		a.PerBuyerLimit, a.PaymentWindowSeconds = r.PerBuyerLimit, r.PaymentWindowSeconds
+		for _, step := range []func(*gorm.DB, *service.Audit) error{auditOrders, auditBuyers, auditLedger} {
+			if err := step(tx, &a); err != nil {
 				return err
 			}
-			a.LedgerMismatch = m.Rows + m.Orders
 		}
-		var l struct{ Restocked, Sold int64 }
-		if err := tx.Raw("SELECT COALESCE(SUM(CASE WHEN kind = 'restock' THEN delta END), 0) AS restocked, "+
-			"COALESCE(-SUM(CASE WHEN kind = 'sale' THEN delta END), 0) AS sold FROM stock_ledger WHERE sku = ?", sku).
-			Scan(&l).Error; err != nil {
-			return err
-		}
-		a.LedgerRestocked, a.LedgerSold = l.Restocked, l.Sold
 		return nil
 	}, &sqlTxReadOnly)
 	if err != nil {
@@ -248,4 +205,75 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 	}
 	a.Check()
 	return a, nil
+}
+
+// auditOrders counts a.SKU's orders and units by status, and its keys.
+func auditOrders(tx *gorm.DB, a *service.Audit) error {
+	var byStatus []struct {
+		Status string
+		N, Q   int64
+	}
+	if err := tx.Raw("SELECT status, COUNT(*) AS n, SUM(quantity) AS q FROM orders WHERE sku = ? GROUP BY status", a.SKU).
+		Scan(&byStatus).Error; err != nil {
+		return err
+	}
+	orders, units := map[string]int64{}, map[string]int64{}
+	for _, r := range byStatus {
+		orders[r.Status], units[r.Status] = r.N, r.Q
+	}
+	a.CountByStatus(orders, units)
+	return tx.Raw("SELECT COUNT(DISTINCT buyer, idempotency_key) FROM orders WHERE sku = ?", a.SKU).Scan(&a.DistinctKeys).Error
+}
+
+// heldUnits is, per buyer of a SKU, the units of their reserved and
+// confirmed orders: what the per-buyer limit counts.
+const heldUnits = "SELECT buyer, SUM(quantity) AS held FROM orders WHERE sku = ? AND status IN ('reserved', 'confirmed') GROUP BY buyer"
+
+// auditBuyers finds buyers over the limit and, while a limit is set,
+// purchase rows that disagree with the orders they count.
+func auditBuyers(tx *gorm.DB, a *service.Audit) error {
+	var b struct{ MaxHeld, OverLimit int64 }
+	if err := tx.Raw("SELECT COALESCE(MAX(held), 0) AS max_held, COALESCE(SUM(? > 0 AND held > ?), 0) AS over_limit "+
+		"FROM ("+heldUnits+") h", a.PerBuyerLimit, a.PerBuyerLimit, a.SKU).Scan(&b).Error; err != nil {
+		return err
+	}
+	a.MaxBuyerHolds, a.BuyersOverLimit = b.MaxHeld, b.OverLimit
+	if a.PerBuyerLimit == 0 {
+		return nil
+	}
+	var m struct{ Rows, Orders int64 }
+	if err := tx.Raw("SELECT "+
+		"(SELECT COUNT(*) FROM buyer_purchases p LEFT JOIN ("+heldUnits+") h "+
+		"ON h.buyer = p.buyer WHERE p.sku = ? AND p.quantity <> COALESCE(h.held, 0)) AS `rows`, "+
+		"(SELECT COUNT(*) FROM ("+heldUnits+") h LEFT JOIN buyer_purchases p "+
+		"ON p.buyer = h.buyer AND p.sku = ? WHERE p.buyer IS NULL) AS orders", a.SKU, a.SKU, a.SKU, a.SKU).Scan(&m).Error; err != nil {
+		return err
+	}
+	a.LedgerMismatch = m.Rows + m.Orders
+	return nil
+}
+
+// auditLedger sums the ledger by kind and checks one return row, of its
+// units, per cancelled or expired order and none for any other.
+func auditLedger(tx *gorm.DB, a *service.Audit) error {
+	var l struct{ Restocked, Sold, Returned int64 }
+	if err := tx.Raw("SELECT COALESCE(SUM(CASE WHEN kind = 'restock' THEN delta END), 0) AS restocked, "+
+		"COALESCE(-SUM(CASE WHEN kind = 'sale' THEN delta END), 0) AS sold, "+
+		"COALESCE(SUM(CASE WHEN kind = 'return' THEN delta END), 0) AS returned FROM stock_ledger WHERE sku = ?", a.SKU).
+		Scan(&l).Error; err != nil {
+		return err
+	}
+	a.LedgerRestocked, a.LedgerSold, a.LedgerReturned = l.Restocked, l.Sold, l.Returned
+	var bad struct{ Orders, Stray int64 }
+	if err := tx.Raw("SELECT "+
+		"(SELECT COUNT(*) FROM orders o LEFT JOIN (SELECT order_id, COUNT(*) AS n, SUM(delta) AS d FROM stock_ledger "+
+		"WHERE sku = ? AND kind = 'return' GROUP BY order_id) r ON r.order_id = o.id WHERE o.sku = ? AND "+
+		"IF(o.status IN ('cancelled', 'expired'), r.n IS NULL OR r.n <> 1 OR r.d <> o.quantity, r.n IS NOT NULL)) AS orders, "+
+		"(SELECT COUNT(*) FROM stock_ledger l LEFT JOIN orders o ON o.id = l.order_id "+
+		"WHERE l.sku = ? AND l.kind = 'return' AND (o.id IS NULL OR o.sku <> l.sku)) AS stray", a.SKU, a.SKU, a.SKU).
+		Scan(&bad).Error; err != nil {
+		return err
+	}
+	a.ReturnMismatch = bad.Orders + bad.Stray
+	return nil
 }

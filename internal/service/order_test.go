@@ -95,7 +95,7 @@ func (e *env) holdSKU(t *testing.T) *lock.Hold {
 
 func (e *env) setStock(t *testing.T, n int64) {
 	t.Helper()
-	if _, err := e.store.SetStock(context.Background(), e.sku, n, 0); err != nil {
+	if _, err := e.store.SetStock(context.Background(), e.sku, service.StockSetting{Available: n}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -313,7 +313,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.svc.SetStock(ctx, e.sku, int64(2_000_000+i), 0); err != nil {
+			if _, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: int64(2_000_000 + i)}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -326,7 +326,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock waits for the SKU lock.
 	h := e.holdSKU(t)
 	done := make(chan error, 1)
-	go func() { _, err := e.svc.SetStock(ctx, e.sku, 7, 0); done <- err }()
+	go func() { _, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: 7}); done <- err }()
 	select {
 	case err := <-done:
 		t.Fatalf("restock returned (%v) while another instance held the SKU lock; want it to wait", err)
@@ -342,7 +342,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock to the current value is a no-op.
 	before, _ := e.store.Stock(ctx, e.sku)
 	rows := ledgerRows(t, e)
-	st, err := e.svc.SetStock(ctx, e.sku, before.Available, 0)
+	st, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: before.Available})
 	if err != nil || st.Version != before.Version || st.Available != before.Available {
 		t.Fatalf("SetStock to the current value = %+v, %v; want %+v unchanged", st, err, before)
 	}

@@ -48,7 +48,7 @@ func newUnit(t *testing.T, cfg service.Config) *unit {
 
 func (u *unit) setStock(t *testing.T, sku string, n, limit int64) {
 	t.Helper()
-	if _, err := u.store.SetStock(context.Background(), sku, n, limit); err != nil {
+	if _, err := u.store.SetStock(context.Background(), sku, service.StockSetting{Available: n, PerBuyerLimit: limit}); err != nil {
 		t.Fatal(err)
 	}
 }

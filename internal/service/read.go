@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Reads: an order, a buyer's orders, a SKU's stock and its audit.
@@ -21,19 +23,20 @@ func (s *Service) Order(ctx context.Context, buyer string, id int64) (Order, err
 // MaxPage is the most orders one page of Orders returns.
 const MaxPage = 100
 
-// Orders returns a page of the buyer's own orders, of sku if not "", newest
-// first, with ids below before (0: the newest). Errors: ErrInvalid, ErrUnavailable.
-func (s *Service) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error) {
-	if sku != "" && !ValidKey(sku) {
+// Orders returns a page of the buyer's own orders as f selects them, newest
+// first. Errors: ErrInvalid, ErrUnavailable.
+func (s *Service) Orders(ctx context.Context, buyer string, f OrderFilter) ([]Order, error) {
+	switch {
+	case f.SKU != "" && !ValidKey(f.SKU):
 		return nil, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
-	}
-	if limit < 1 || limit > MaxPage {
+	case f.Status != "" && !slices.Contains(Statuses, f.Status):
+		return nil, fmt.Errorf("%w: status must be one of %s", ErrInvalid, strings.Join(Statuses, ", "))
+	case f.Limit < 1 || f.Limit > MaxPage:
 		return nil, fmt.Errorf("%w: limit must be an integer from 1 to %d", ErrInvalid, MaxPage)
-	}
-	if before < 0 {
+	case f.Before < 0:
 		return nil, fmt.Errorf("%w: the cursor is not valid", ErrInvalid)
 	}
-	return s.store.Orders(ctx, buyer, sku, before, limit)
+	return s.store.Orders(ctx, buyer, f)
 }
 
 // Stock returns a SKU's stock, or ErrInvalid / ErrUnknownSKU.

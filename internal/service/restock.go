@@ -12,21 +12,16 @@ import (
 // MaxStock bounds the available count of the admin API.
 const MaxStock = 1_000_000_000
 
-// SetStock creates a SKU or sets its available count. Under the strategies
+// SetStock creates a SKU or sets its available count, per-buyer limit and
+// payment window. Under the strategies
 // that lock, it takes the SKU lock like any writer of the row, so a restock
 // never moves the version under a batch (a backstop conflict then means the
 // lock really was violated); while Redis is unreachable it writes without
 // it. Setting the current value changes nothing. Errors: ErrInvalid, ErrBusy
 // (the lock was not had within LockWait), ErrUnavailable.
-func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error) {
-	if !ValidKey(sku) {
-		return Stock{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
-	}
-	if available < 0 || available > MaxStock {
-		return Stock{}, fmt.Errorf("%w: available must be an integer from 0 to %d", ErrInvalid, MaxStock)
-	}
-	if perBuyerLimit < 0 || perBuyerLimit > MaxStock {
-		return Stock{}, fmt.Errorf("%w: per_buyer_limit must be an integer from 0 (no limit) to %d", ErrInvalid, MaxStock)
+func (s *Service) SetStock(ctx context.Context, sku string, set StockSetting) (Stock, error) {
+	if err := validSetting(sku, set); err != nil {
+		return Stock{}, err
 	}
 	if s.usesLock() && !s.skipLock() {
 		h, err := s.takeLock(ctx, sku)
@@ -42,7 +37,7 @@ func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerL
 	}
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
-	st, err := s.store.SetStock(wctx, sku, available, perBuyerLimit)
+	st, err := s.store.SetStock(wctx, sku, set)
 	s.soldOut.drop(sku) // after the write, committed or not known to be
 	if err == nil {
 		s.seqs.learn(sku, st.RestockSeq)
@@ -53,6 +48,22 @@ func (s *Service) SetStock(ctx context.Context, sku string, available, perBuyerL
 		}
 	}
 	return st, err
+}
+
+// validSetting checks the admin's setting of sku, or returns ErrInvalid
+// naming the field.
+func validSetting(sku string, set StockSetting) error {
+	switch {
+	case !ValidKey(sku):
+		return fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	case set.Available < 0 || set.Available > MaxStock:
+		return fmt.Errorf("%w: available must be an integer from 0 to %d", ErrInvalid, MaxStock)
+	case set.PerBuyerLimit < 0 || set.PerBuyerLimit > MaxStock:
+		return fmt.Errorf("%w: per_buyer_limit must be an integer from 0 (no limit) to %d", ErrInvalid, MaxStock)
+	case set.PaymentWindowSeconds < 0 || set.PaymentWindowSeconds > MaxPaymentWindow:
+		return fmt.Errorf("%w: payment_window_seconds must be an integer from 0 (confirmed at once) to %d", ErrInvalid, MaxPaymentWindow)
+	}
+	return nil
 }
 
 // StockChanged forgets what the sold-out fast path knows of sku and learns

@@ -42,7 +42,7 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 					t.Fatal("attempt 1 did not reach a's line within a minute")
 				}
 			}
-			if _, err := e.store.SetStock(ctx, e.sku, 0, 0); err != nil { // sold out meanwhile
+			if _, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 0}); err != nil { // sold out meanwhile
 				t.Fatal(err)
 			}
 			if _, _, err := e.place(b, "b1", "K"); !errors.Is(err, service.ErrSoldOut) {
@@ -51,10 +51,10 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 
 			restocked := make(chan error, 1)
 			if via == "mysql" {
-				_, err := e.store.SetStock(ctx, e.sku, 5, 0)
+				_, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 5})
 				restocked <- err
 			} else {
-				go func() { _, err := c.SetStock(ctx, e.sku, 5, 0); restocked <- err }()
+				go func() { _, err := c.SetStock(ctx, e.sku, service.StockSetting{Available: 5}); restocked <- err }()
 			}
 			if err := h.Unlock(ctx); err != nil {
 				t.Fatal(err)

@@ -225,7 +225,7 @@ func TestSoldOutKeyReuseIsRefusedAsReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := e.sku + "-Y"
-	if _, err := e.store.SetStock(ctx, y, 0, 0); err != nil {
+	if _, err := e.store.SetStock(ctx, y, service.StockSetting{Available: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Place(ctx, service.PlaceRequest{Buyer: "b9", Key: "y", SKU: y, Quantity: 1}); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(s, y) {
@@ -250,7 +250,7 @@ func TestSoldOutReplayAfterAnUnheardRestock(t *testing.T) {
 	if _, _, err := e.place(b, "b1", "first"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(b, e.sku) {
 		t.Fatalf("order of a sold-out SKU at b = %v, known %v; want ErrSoldOut and the SKU held", err, service.SoldOutKnown(b, e.sku))
 	}
-	if _, err := a.SetStock(context.Background(), e.sku, 1, 0); err != nil {
+	if _, err := a.SetStock(context.Background(), e.sku, service.StockSetting{Available: 1}); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err := e.place(a, "b1", "K")
@@ -313,7 +313,7 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	if _, _, err := e.place(b, "b1", "k0"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(b, e.sku) {
 		t.Fatalf("order of a sold-out SKU at b = %v, known %v; want ErrSoldOut and the SKU held", err, service.SoldOutKnown(b, e.sku))
 	}
-	if _, err := a.SetStock(context.Background(), e.sku, 1, 0); err != nil {
+	if _, err := a.SetStock(context.Background(), e.sku, service.StockSetting{Available: 1}); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err := e.place(a, "b1", "k1")
@@ -331,7 +331,7 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	}
 	// The message carried the restock sequence: a new order at b is placed
 	// at once, not told to retry as one admitted before the restock.
-	if _, err := a.SetStock(context.Background(), e.sku, 3, 0); err != nil { // 0 left: room again
+	if _, err := a.SetStock(context.Background(), e.sku, service.StockSetting{Available: 3}); err != nil { // 0 left: room again
 		t.Fatal(err)
 	}
 	want := service.KnownRestockSeq(a, e.sku)
@@ -353,7 +353,7 @@ func TestBatchPathSkipsThePrecheck(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
 	ctx := context.Background()
-	if _, err := e.store.SetStock(ctx, e.sku, 3, 1); err != nil { // a per-buyer limit of 1
+	if _, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 3, PerBuyerLimit: 1}); err != nil { // a per-buyer limit of 1
 		t.Fatal(err)
 	}
 	s, cs, _ := e.instance(service.Config{})

@@ -10,11 +10,18 @@ import (
 
 // Order is a placed order.
 type Order struct {
-	ID          int64     `json:"id"`
-	Buyer       string    `json:"buyer"`
-	Key         string    `json:"idempotency_key"`
-	SKU         string    `json:"sku"`
-	Quantity    int       `json:"quantity"`
+	ID       int64  `json:"id"`
+	Buyer    string `json:"buyer"`
+	Key      string `json:"idempotency_key"`
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+	// Status is StatusReserved, StatusConfirmed, StatusCancelled or
+	// StatusExpired (lifecycle.go).
+	Status string `json:"status"`
+	// ExpiresAt is the payment deadline of an order placed under a payment
+	// window, on the store's clock; nil for an order confirmed at once.
+	ExpiresAt   *Deadline `json:"expires_at,omitempty"`
+	PaymentRef  string    `json:"payment_ref,omitempty"`
 	Fence       *int64    `json:"fence,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	RequestHash string    `json:"-"`
@@ -22,11 +29,17 @@ type Order struct {
 
 // Stock is the stock row of a SKU.
 type Stock struct {
-	SKU           string `json:"sku"`
-	Available     int64  `json:"available"`
-	Sold          int64  `json:"sold"`
-	Version       int64  `json:"version"`
-	PerBuyerLimit int64  `json:"per_buyer_limit"` // 0: no limit
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	Reserved  int64  `json:"reserved"` // units of reserved orders
+	Sold      int64  `json:"sold"`     // units of confirmed orders
+	Version   int64  `json:"version"`
+	// PerBuyerLimit caps the units of one buyer's reserved and confirmed
+	// orders; 0: no limit.
+	PerBuyerLimit int64 `json:"per_buyer_limit"`
+	// PaymentWindowSeconds is how long a new order stays reserved awaiting
+	// payment; 0: orders are confirmed at once.
+	PaymentWindowSeconds int64 `json:"payment_window_seconds"`
 	// RestockSeq is bumped by every change that can let a refused order
 	// through: more units, a higher or no per-buyer limit (restocked.go).
 	RestockSeq int64 `json:"-"`
@@ -35,44 +48,61 @@ type Stock struct {
 // Audit is the reconciliation of one SKU, from the stock row, the orders and
 // the ledger.
 type Audit struct {
-	SKU             string   `json:"sku"`
-	Available       int64    `json:"available"`
-	Sold            int64    `json:"sold"`
-	Stocked         int64    `json:"stocked"`
-	Orders          int64    `json:"orders"`
-	OrderedQuantity int64    `json:"ordered_quantity"`
-	DistinctKeys    int64    `json:"distinct_keys"`
-	PerBuyerLimit   int64    `json:"per_buyer_limit"`
-	MaxBuyerHolds   int64    `json:"max_buyer_holds"`       // most units one buyer holds
-	BuyersOverLimit int64    `json:"buyers_over_limit"`     // buyers holding more than the limit
-	LedgerMismatch  int64    `json:"buyer_ledger_mismatch"` // buyers whose purchase row disagrees with their orders
-	LedgerRestocked int64    `json:"ledger_restocked"`
-	LedgerSold      int64    `json:"ledger_sold"`
-	Oversold        int64    `json:"oversold"`
-	Consistent      bool     `json:"consistent"`
-	Problems        []string `json:"problems"`
+	SKU                  string `json:"sku"`
+	Available            int64  `json:"available"`
+	Reserved             int64  `json:"reserved"`
+	Sold                 int64  `json:"sold"`
+	Stocked              int64  `json:"stocked"`
+	PaymentWindowSeconds int64  `json:"payment_window_seconds"`
+	Orders               int64  `json:"orders"`
+	// OrdersByStatus counts the orders in each status (every status listed).
+	OrdersByStatus    map[string]int64 `json:"orders_by_status"`
+	OrderedQuantity   int64            `json:"ordered_quantity"`   // units of every order ever placed
+	ReservedQuantity  int64            `json:"reserved_quantity"`  // units of reserved orders
+	ConfirmedQuantity int64            `json:"confirmed_quantity"` // units of confirmed orders
+	ReturnedQuantity  int64            `json:"returned_quantity"`  // units of cancelled and expired orders
+	DistinctKeys      int64            `json:"distinct_keys"`
+	PerBuyerLimit     int64            `json:"per_buyer_limit"`
+	MaxBuyerHolds     int64            `json:"max_buyer_holds"`       // most units one buyer holds (reserved + confirmed)
+	BuyersOverLimit   int64            `json:"buyers_over_limit"`     // buyers holding more than the limit
+	LedgerMismatch    int64            `json:"buyer_ledger_mismatch"` // buyers whose purchase row disagrees with their orders
+	LedgerRestocked   int64            `json:"ledger_restocked"`
+	LedgerSold        int64            `json:"ledger_sold"`
+	LedgerReturned    int64            `json:"ledger_returned"`
+	// ReturnMismatch counts orders whose return rows are wrong: a cancelled
+	// or expired order without exactly one return row of its units, any
+	// other order with one, and return rows naming no order.
+	ReturnMismatch int64    `json:"return_mismatch"`
+	Oversold       int64    `json:"oversold"`
+	Consistent     bool     `json:"consistent"`
+	Problems       []string `json:"problems"`
 }
 
 // Check fills Oversold, Consistent and Problems from the counts.
 func (a *Audit) Check() {
 	a.Problems = a.Problems[:0]
 	add := func(format string, args ...any) { a.Problems = append(a.Problems, fmt.Sprintf(format, args...)) }
-	a.Oversold = max(0, a.OrderedQuantity-a.Stocked)
+	held := a.ReservedQuantity + a.ConfirmedQuantity
+	a.Oversold = max(0, held-a.Stocked)
 	if a.Oversold > 0 {
-		add("oversold by %d: orders hold %d units, %d were stocked", a.Oversold, a.OrderedQuantity, a.Stocked)
+		add("oversold by %d: reserved and confirmed orders hold %d units, %d were stocked", a.Oversold, held, a.Stocked)
 	}
 	if a.Available < 0 {
 		add("available %d < 0", a.Available)
 	}
-	if a.Sold != a.OrderedQuantity {
-		add("sold %d != sum of order quantities %d", a.Sold, a.OrderedQuantity)
+	if a.Sold != a.ConfirmedQuantity || a.Reserved != a.ReservedQuantity {
+		add("the row's sold %d and reserved %d != confirmed orders' %d and reserved orders' %d units",
+			a.Sold, a.Reserved, a.ConfirmedQuantity, a.ReservedQuantity)
 	}
-	if a.Available+a.Sold != a.Stocked {
-		add("available %d + sold %d != stocked %d", a.Available, a.Sold, a.Stocked)
+	if a.Available+a.Reserved+a.Sold != a.Stocked {
+		add("available %d + reserved %d + sold %d != stocked %d", a.Available, a.Reserved, a.Sold, a.Stocked)
 	}
-	if a.LedgerRestocked != a.Stocked || a.LedgerSold != a.OrderedQuantity {
-		add("ledger (restocked %d, sold %d) disagrees with stocked %d and orders %d",
-			a.LedgerRestocked, a.LedgerSold, a.Stocked, a.OrderedQuantity)
+	if a.LedgerRestocked != a.Stocked || a.LedgerSold != a.OrderedQuantity || a.LedgerReturned != a.ReturnedQuantity {
+		add("ledger (restocked %d, sold %d, returned %d) disagrees with stocked %d, orders %d and returned orders %d",
+			a.LedgerRestocked, a.LedgerSold, a.LedgerReturned, a.Stocked, a.OrderedQuantity, a.ReturnedQuantity)
+	}
+	if a.ReturnMismatch > 0 {
+		add("%d orders or ledger rows break one return row per cancelled or expired order", a.ReturnMismatch)
 	}
 	if a.DistinctKeys != a.Orders {
 		add("%d orders share %d (buyer, idempotency key) pairs", a.Orders, a.DistinctKeys)
@@ -84,6 +114,35 @@ func (a *Audit) Check() {
 		add("%d buyers' purchase rows disagree with their orders", a.LedgerMismatch)
 	}
 	a.Consistent = len(a.Problems) == 0
+}
+
+// CountByStatus fills OrdersByStatus and the quantities from per-status
+// counts of orders and units.
+func (a *Audit) CountByStatus(orders, units map[string]int64) {
+	a.OrdersByStatus = make(map[string]int64, len(Statuses))
+	a.Orders, a.OrderedQuantity = 0, 0
+	for _, st := range Statuses {
+		a.OrdersByStatus[st] = orders[st]
+		a.Orders += orders[st]
+		a.OrderedQuantity += units[st]
+	}
+	a.ReservedQuantity, a.ConfirmedQuantity = units[StatusReserved], units[StatusConfirmed]
+	a.ReturnedQuantity = units[StatusCancelled] + units[StatusExpired]
+}
+
+// StockSetting is what the admin sets on a SKU.
+type StockSetting struct {
+	Available            int64
+	PerBuyerLimit        int64 // 0: no limit
+	PaymentWindowSeconds int64 // 0: orders are confirmed at once
+}
+
+// OrderFilter selects a page of a buyer's orders.
+type OrderFilter struct {
+	SKU    string // "": any
+	Status string // "": any
+	Before int64  // ids below it; 0: from the newest
+	Limit  int
 }
 
 // Write says how Store.Deduct guards the stock row.
@@ -172,9 +231,9 @@ type Store interface {
 	OrderByKey(ctx context.Context, buyer, key string) (Order, error)
 	// Order returns an order by id, or ErrOrderNotFound.
 	Order(ctx context.Context, id int64) (Order, error)
-	// Orders returns the buyer's orders of sku ("" for all) with ids below
-	// before (0: from the newest), newest first, at most limit.
-	Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]Order, error)
+	// Orders returns the buyer's orders of sku and status ("" for any) with
+	// ids below before (0: from the newest), newest first, at most limit.
+	Orders(ctx context.Context, buyer string, f OrderFilter) ([]Order, error)
 	// Stock returns the stock row, or ErrUnknownSKU.
 	Stock(ctx context.Context, sku string) (Stock, error)
 	// KeysTaken reports, per key, whether it has an order, in one read.
@@ -185,16 +244,32 @@ type Store interface {
 	// PrecheckKeys is Precheck for many keys in one read: the stock row and
 	// each key's order (nil for none), in one snapshot.
 	PrecheckKeys(ctx context.Context, sku string, keys []BuyerKey) (Stock, []*Order, error)
-	// SetStock creates the SKU or sets its available count and per-buyer
-	// limit, with a ledger entry when the count changes; more units or a
-	// higher (or no) limit bump RestockSeq.
-	SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (Stock, error)
+	// SetStock creates the SKU or sets its available count, per-buyer limit
+	// and payment window, with a ledger entry when the count changes; more
+	// units or a higher (or no) limit bump RestockSeq, a new limit or
+	// window bumps Version.
+	SetStock(ctx context.Context, sku string, set StockSetting) (Stock, error)
 	// Audit reconciles one SKU, or returns ErrUnknownSKU.
 	Audit(ctx context.Context, sku string) (Audit, error)
 	// Deduct places an order in one transaction. It returns ErrSoldOut,
 	// a *LimitError, a *RestockedError, ErrUnknownSKU, ErrConflict,
 	// ErrDuplicateKey, ErrUnavailable, or the error of BeforeCommit.
 	Deduct(ctx context.Context, d Deduction) (Order, error)
+	// Transition applies t in one transaction, as Decide decides on the
+	// order's row, locked, at the store's clock: the new status is written
+	// by a conditional UPDATE on the old one, and a cancelled or expired
+	// order's units go back (available, the buyer's allowance, one return
+	// ledger row) in the same transaction. Its error is Decide's (the
+	// Outcome still says what moved), ErrOrderNotFound, ErrBusy or
+	// ErrUnavailable.
+	Transition(ctx context.Context, t Transition) (Outcome, error)
+	// ExpireDue expires up to limit reserved orders past their deadline and
+	// returns their units, in one transaction, skipping orders another
+	// transaction holds. It returns the units returned per SKU.
+	ExpireDue(ctx context.Context, limit int) ([]Return, error)
+	// OverdueFor is how long the oldest reserved order past its deadline
+	// has been overdue (0: none is).
+	OverdueFor(ctx context.Context) (time.Duration, error)
 	// DeductBatch places the batch's orders in one transaction, as
 	// PlanBatch plans them, ending with one versioned UPDATE. Per item it
 	// returns the order, or ErrSoldOut, a *LimitError, a *RestockedError or

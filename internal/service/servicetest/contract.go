@@ -77,7 +77,7 @@ func writeName(w service.Write) string {
 
 func mustSetStock(t *testing.T, s service.Store, sku string, available, limit int64) service.Stock {
 	t.Helper()
-	st, err := s.SetStock(context.Background(), sku, available, limit)
+	st, err := s.SetStock(context.Background(), sku, service.StockSetting{Available: available, PerBuyerLimit: limit})
 	if err != nil {
 		t.Fatalf("SetStock(%q, %d, %d) = %v", sku, available, limit, err)
 	}
@@ -740,7 +740,7 @@ func contractOrders(t *testing.T, s ContractStore) {
 	}
 	page := func(sku string, before int64, limit int) []service.Order {
 		t.Helper()
-		os, err := s.Orders(ctx, "me", sku, before, limit)
+		os, err := s.Orders(ctx, "me", service.OrderFilter{SKU: sku, Before: before, Limit: limit})
 		if err != nil {
 			t.Fatalf("Orders(me, %q, %d, %d) = %v", sku, before, limit, err)
 		}
@@ -761,7 +761,7 @@ func contractOrders(t *testing.T, s ContractStore) {
 	expect("below the oldest", page("", mine[0].ID, 3))
 	expect("O2's orders", page("O2", 0, 10), mine[5], mine[3], mine[1])
 	expect("O1's orders below the 5th", page("O1", mine[4].ID, 10), mine[2], mine[0])
-	if os, err := s.Orders(ctx, "nobody", "", 0, 10); err != nil || len(os) != 0 {
+	if os, err := s.Orders(ctx, "nobody", service.OrderFilter{Limit: 10}); err != nil || len(os) != 0 {
 		t.Fatalf("Orders of a buyer without orders = %v, %v; want none", os, err)
 	}
 }
@@ -840,7 +840,8 @@ func contractAudit(t *testing.T, s ContractStore) {
 	mustSetStock(t, s, "A", 5, 12)
 	a := consistent(t, s, "A")
 	a.Problems = nil
-	want := service.Audit{SKU: "A", Available: 5, Sold: 17, Stocked: 22, Orders: 6, OrderedQuantity: 17, DistinctKeys: 6,
+	want := service.Audit{SKU: "A", Available: 5, Sold: 17, Stocked: 22, Orders: 6, OrderedQuantity: 17, ConfirmedQuantity: 17, DistinctKeys: 6,
+		OrdersByStatus: map[string]int64{"reserved": 0, "confirmed": 6, "cancelled": 0, "expired": 0},
 		PerBuyerLimit: 12, MaxBuyerHolds: 10, LedgerRestocked: 22, LedgerSold: 17, Consistent: true}
 	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("audit after the sequence = %+v; want %+v", a, want)

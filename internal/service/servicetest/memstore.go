@@ -65,8 +65,9 @@ type memStock struct {
 type buyerSKU struct{ buyer, sku string }
 
 type ledgerEntry struct {
-	restock bool
+	kind    string // restock, sale or return
 	delta   int64
+	orderID int64 // of a sale or a return
 }
 
 // Stats counts the writes a MemStore was asked for, rolled back ones
@@ -241,9 +242,8 @@ func (m *MemStore) Order(ctx context.Context, id int64) (service.Order, error) {
 	return cloneOrder(o), nil
 }
 
-// Orders returns the buyer's orders of sku ("" for all) with ids below
-// before (0: from the newest), newest first, at most limit.
-func (m *MemStore) Orders(ctx context.Context, buyer, sku string, before int64, limit int) ([]service.Order, error) {
+// Orders returns the buyer's orders as f selects them, newest first.
+func (m *MemStore) Orders(ctx context.Context, buyer string, f service.OrderFilter) ([]service.Order, error) {
 	if err := ctxErr(ctx, "list orders"); err != nil {
 		return nil, err
 	}
@@ -251,13 +251,13 @@ func (m *MemStore) Orders(ctx context.Context, buyer, sku string, before int64, 
 	defer m.mu.Unlock()
 	var out []service.Order
 	for _, o := range m.orders {
-		if o.Buyer == buyer && (sku == "" || o.SKU == sku) && (before <= 0 || o.ID < before) {
+		if o.Buyer == buyer && (f.SKU == "" || o.SKU == f.SKU) && (f.Status == "" || o.Status == f.Status) && (f.Before <= 0 || o.ID < f.Before) {
 			out = append(out, cloneOrder(o))
 		}
 	}
 	slices.SortFunc(out, func(a, b service.Order) int { return cmp.Compare(b.ID, a.ID) })
-	if len(out) > limit {
-		out = out[:max(limit, 0)]
+	if len(out) > f.Limit {
+		out = out[:max(f.Limit, 0)]
 	}
 	return out, nil
 }
@@ -310,11 +310,12 @@ func (m *MemStore) PrecheckKeys(ctx context.Context, sku string, keys []service.
 	return st.Stock, orders, nil
 }
 
-// SetStock creates sku or sets its available count and per-buyer limit,
-// with a restock ledger entry when the count changes (or the SKU is new).
-// Setting the current count bumps no version and writes no entry. Switching
-// a limit on (from 0) recounts what each buyer holds from the orders.
-func (m *MemStore) SetStock(ctx context.Context, sku string, available, perBuyerLimit int64) (service.Stock, error) {
+// SetStock creates sku or sets its available count, per-buyer limit and
+// payment window, with a restock ledger entry when the count changes (or
+// the SKU is new). Setting the current values bumps no version and writes
+// no entry. Switching a limit on (from 0) recounts what each buyer holds
+// from the reserved and confirmed orders.
+func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error) {
 	if err := ctxErr(ctx, "set stock"); err != nil {
 		return service.Stock{}, err
 	}
@@ -328,38 +329,44 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, available, perBuyer
 	}
 	st, exists := m.stock[sku]
 	if !exists {
-		st = &memStock{Stock: service.Stock{SKU: sku, Available: available, Version: 1, PerBuyerLimit: perBuyerLimit}, stocked: available}
+		st = &memStock{Stock: service.Stock{SKU: sku, Available: set.Available, Version: 1, PerBuyerLimit: set.PerBuyerLimit,
+			PaymentWindowSeconds: set.PaymentWindowSeconds}, stocked: set.Available}
 		m.stock[sku] = st
-		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{restock: true, delta: available})
+		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{kind: "restock", delta: set.Available})
 		return st.Stock, nil
 	}
 	from := st.PerBuyerLimit
-	if available > st.Available && st.Available < m.maxQuantity() || (from > 0 && (perBuyerLimit == 0 || perBuyerLimit > from)) {
+	if st.Available == set.Available && from == set.PerBuyerLimit && st.PaymentWindowSeconds == set.PaymentWindowSeconds {
+		return st.Stock, nil
+	}
+	if set.Available > st.Available && st.Available < m.maxQuantity() || (from > 0 && (set.PerBuyerLimit == 0 || set.PerBuyerLimit > from)) {
 		st.RestockSeq++ // room for an order refused before, as the MySQL store counts it
 	}
-	if st.Available != available {
-		delta := available - st.Available
-		st.Available = available
+	if delta := set.Available - st.Available; delta != 0 {
 		st.stocked += delta
-		st.Version++
-		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{restock: true, delta: delta})
-	} else if from != perBuyerLimit {
-		st.Version++ // a new limit moves the version too: an order that read the old one must not commit
+		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{kind: "restock", delta: delta})
 	}
-	st.PerBuyerLimit = perBuyerLimit
-	if from == 0 && perBuyerLimit != 0 {
-		for k := range m.purchases {
-			if k.sku == sku {
-				delete(m.purchases, k)
-			}
-		}
-		for _, o := range m.orders {
-			if o.SKU == sku {
-				m.purchases[buyerSKU{o.Buyer, sku}] += int64(o.Quantity)
-			}
-		}
+	st.Version++ // a new limit or window too: an order that read the old one must not commit
+	st.Available, st.PerBuyerLimit, st.PaymentWindowSeconds = set.Available, set.PerBuyerLimit, set.PaymentWindowSeconds
+	if from == 0 && set.PerBuyerLimit != 0 {
+		m.recountPurchases(sku)
 	}
 	return st.Stock, nil
+}
+
+// recountPurchases rebuilds sku's purchase rows from its reserved and
+// confirmed orders. The caller holds m.mu.
+func (m *MemStore) recountPurchases(sku string) {
+	for k := range m.purchases {
+		if k.sku == sku {
+			delete(m.purchases, k)
+		}
+	}
+	for _, o := range m.orders {
+		if o.SKU == sku && !service.Returns(o.Status) {
+			m.purchases[buyerSKU{o.Buyer, sku}] += int64(o.Quantity)
+		}
+	}
 }
 
 // Audit reconciles sku from one snapshot, or returns service.ErrUnknownSKU.
@@ -373,46 +380,80 @@ func (m *MemStore) Audit(ctx context.Context, sku string) (service.Audit, error)
 	if !ok {
 		return service.Audit{}, service.ErrUnknownSKU
 	}
-	a := service.Audit{SKU: sku, Available: st.Available, Sold: st.Sold, Stocked: st.stocked, PerBuyerLimit: st.PerBuyerLimit}
+	a := service.Audit{SKU: sku, Available: st.Available, Reserved: st.Reserved, Sold: st.Sold, Stocked: st.stocked,
+		PerBuyerLimit: st.PerBuyerLimit, PaymentWindowSeconds: st.PaymentWindowSeconds}
 	keys := make(map[service.BuyerKey]bool)
 	held := make(map[string]int64)
+	orders, units := map[string]int64{}, map[string]int64{}
+	returns := m.returnRows(sku)
 	for _, o := range m.orders {
 		if o.SKU != sku {
 			continue
 		}
-		a.Orders++
-		a.OrderedQuantity += int64(o.Quantity)
+		orders[o.Status]++
+		units[o.Status] += int64(o.Quantity)
 		keys[service.BuyerKey{Buyer: o.Buyer, Key: o.Key}] = true
-		held[o.Buyer] += int64(o.Quantity)
+		if !service.Returns(o.Status) {
+			held[o.Buyer] += int64(o.Quantity)
+		}
+		r := returns[o.ID]
+		if service.Returns(o.Status) != (len(r) == 1 && r[0] == int64(o.Quantity)) || !service.Returns(o.Status) && len(r) > 0 {
+			a.ReturnMismatch++
+		}
+		delete(returns, o.ID)
 	}
+	a.ReturnMismatch += int64(len(returns)) // rows naming no order of the SKU
+	a.CountByStatus(orders, units)
 	a.DistinctKeys = int64(len(keys))
+	m.auditBuyers(&a, held)
+	for _, e := range m.ledger[sku] {
+		switch e.kind {
+		case "restock":
+			a.LedgerRestocked += e.delta
+		case "sale":
+			a.LedgerSold -= e.delta
+		case "return":
+			a.LedgerReturned += e.delta
+		}
+	}
+	a.Check()
+	return a, nil
+}
+
+// returnRows is the deltas of sku's return ledger rows by order id. The
+// caller holds m.mu.
+func (m *MemStore) returnRows(sku string) map[int64][]int64 {
+	out := make(map[int64][]int64)
+	for _, e := range m.ledger[sku] {
+		if e.kind == "return" {
+			out[e.orderID] = append(out[e.orderID], e.delta)
+		}
+	}
+	return out
+}
+
+// auditBuyers fills a's per-buyer counts from what each buyer holds. The
+// caller holds m.mu.
+func (m *MemStore) auditBuyers(a *service.Audit, held map[string]int64) {
 	for _, h := range held {
 		a.MaxBuyerHolds = max(a.MaxBuyerHolds, h)
 		if a.PerBuyerLimit > 0 && h > a.PerBuyerLimit {
 			a.BuyersOverLimit++
 		}
 	}
-	if a.PerBuyerLimit > 0 {
-		for k, q := range m.purchases {
-			if k.sku == sku && q != held[k.buyer] {
-				a.LedgerMismatch++
-			}
-		}
-		for b := range held {
-			if _, ok := m.purchases[buyerSKU{b, sku}]; !ok {
-				a.LedgerMismatch++
-			}
+	if a.PerBuyerLimit == 0 {
+		return
+	}
+	for k, q := range m.purchases {
+		if k.sku == a.SKU && q != held[k.buyer] {
+			a.LedgerMismatch++
 		}
 	}
-	for _, e := range m.ledger[sku] {
-		if e.restock {
-			a.LedgerRestocked += e.delta
-		} else {
-			a.LedgerSold -= e.delta
+	for b := range held {
+		if _, ok := m.purchases[buyerSKU{b, a.SKU}]; !ok {
+			a.LedgerMismatch++
 		}
 	}
-	a.Check()
-	return a, nil
 }
 
 // staged is a write checked and not yet committed: what commit applies.
@@ -450,7 +491,7 @@ func (m *MemStore) finish(s *staged, beforeCommit func() error) error {
 	for _, o := range s.orders {
 		m.orders[o.ID] = o
 		m.byKey[service.BuyerKey{Buyer: o.Buyer, Key: o.Key}] = o.ID
-		m.ledger[s.sku] = append(m.ledger[s.sku], ledgerEntry{delta: -int64(o.Quantity)})
+		m.ledger[s.sku] = append(m.ledger[s.sku], ledgerEntry{kind: "sale", delta: -int64(o.Quantity), orderID: o.ID})
 	}
 	for k, q := range s.purchases {
 		m.purchases[k] = q
@@ -518,19 +559,42 @@ func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Ord
 	if err != nil {
 		return service.Order{}, err
 	}
-	q := int64(d.Quantity)
-	var snap memStock
+	snap, err := m.readBeforeDeduct(d)
+	if err != nil {
+		return service.Order{}, err
+	}
+	row := m.rowLock(d.SKU)
+	defer row.Unlock()
+	m.mu.Lock()
+	s, err := m.stageDeduct(d, snap)
+	m.mu.Unlock()
+	if err != nil {
+		return service.Order{}, err
+	}
+	if err := m.finish(s, d.BeforeCommit); err != nil {
+		return service.Order{}, err
+	}
+	return cloneOrder(s.orders[0]), nil
+}
+
+// readBeforeDeduct is a deduction's read before the row lock: the plain and
+// versioned writes read the row (and refuse on it, as MySQL does: restock
+// first, then sold out); the conditional and locking writes read under the
+// row, so they only run the after-read hook here.
+func (m *MemStore) readBeforeDeduct(d service.Deduction) (memStock, error) {
 	switch d.Write {
 	case service.WritePlain, service.WriteVersioned:
-		if snap, err = m.read(d.SKU); err != nil {
-			return service.Order{}, err
+		snap, err := m.read(d.SKU)
+		if err != nil {
+			return memStock{}, err
 		}
-		if err := service.Restocked(d.Admitted, snap.RestockSeq); err != nil { // before sold out, as MySQL checks
-			return service.Order{}, err
+		if err := service.Restocked(d.Admitted, snap.RestockSeq); err != nil {
+			return memStock{}, err
 		}
-		if snap.Available < q {
-			return service.Order{}, service.ErrSoldOut
+		if snap.Available < int64(d.Quantity) {
+			return memStock{}, service.ErrSoldOut
 		}
+		return snap, nil
 	case service.WriteConditional, service.WriteForUpdate:
 		m.mu.Lock()
 		hook := m.afterRead
@@ -538,32 +602,28 @@ func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Ord
 		if hook != nil {
 			hook(d.SKU)
 		}
-	default:
-		return service.Order{}, fmt.Errorf("servicetest: unknown write mode %d", d.Write)
+		return memStock{}, nil
 	}
+	return memStock{}, fmt.Errorf("servicetest: unknown write mode %d", d.Write)
+}
 
-	row := m.rowLock(d.SKU)
-	defer row.Unlock()
-	m.mu.Lock()
+// stageDeduct checks a deduction against the row as it is now (restock,
+// limit, key, then the write mode's own guard) and stages its order. The
+// caller holds m.mu and the SKU's row lock.
+func (m *MemStore) stageDeduct(d service.Deduction, snap memStock) (*staged, error) {
+	q := int64(d.Quantity)
 	cur, ok := m.stock[d.SKU]
 	if !ok {
-		m.mu.Unlock()
-		return service.Order{}, service.ErrUnknownSKU
+		return nil, service.ErrUnknownSKU
 	}
 	if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
-		m.mu.Unlock()
-		return service.Order{}, err
+		return nil, err
+	}
+	if d.Write == service.WriteForUpdate && cur.Available < q { // the locking read: the row as it is now
+		return nil, service.ErrSoldOut
 	}
 	limit := snap.PerBuyerLimit
-	switch d.Write {
-	case service.WriteForUpdate:
-		// The locking read: the row as it is now.
-		if cur.Available < q {
-			m.mu.Unlock()
-			return service.Order{}, service.ErrSoldOut
-		}
-		limit = cur.PerBuyerLimit
-	case service.WriteConditional:
+	if d.Write == service.WriteForUpdate || d.Write == service.WriteConditional {
 		limit = cur.PerBuyerLimit
 	}
 	s := &staged{sku: d.SKU}
@@ -571,48 +631,62 @@ func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Ord
 		k := buyerSKU{d.Buyer, d.SKU}
 		h, err := allowance(m.purchases[k], q, limit)
 		if err != nil {
-			m.mu.Unlock()
-			return service.Order{}, err
+			return nil, err
 		}
 		s.purchases = map[buyerSKU]int64{k: h}
 	}
 	if m.taken(d.Buyer, d.Key) {
-		m.mu.Unlock()
-		return service.Order{}, service.ErrDuplicateKey
+		return nil, service.ErrDuplicateKey
 	}
-	switch d.Write {
-	case service.WritePlain:
-		// Absolute values from the read: a lost update when writers overlap.
-		s.apply = func(st *memStock) {
-			st.Available, st.Sold, st.Version = snap.Available-q, snap.Sold+q, st.Version+1
-		}
-	case service.WriteVersioned:
-		if cur.Version != snap.Version || cur.Available < q {
-			m.mu.Unlock()
-			return service.Order{}, service.ErrConflict
-		}
-		s.apply = sale(q)
-	case service.WriteConditional:
-		if cur.Available < q {
-			m.mu.Unlock()
-			return service.Order{}, service.ErrSoldOut
-		}
-		s.apply = sale(q)
-	case service.WriteForUpdate:
-		s.apply = sale(q)
+	apply, err := deductWrite(d.Write, snap, cur, q)
+	if err != nil {
+		return nil, err
 	}
+	s.apply = apply
+	status, expires := newOrderStatus(cur.Stock)
 	s.orders = []service.Order{{Buyer: d.Buyer, Key: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity,
-		Fence: clonePtr(d.Fence), CreatedAt: now()}}
+		Status: status, ExpiresAt: expires, Fence: clonePtr(d.Fence), CreatedAt: now()}}
 	m.stage(s)
-	m.mu.Unlock()
-	if err := m.finish(s, d.BeforeCommit); err != nil {
-		return service.Order{}, err
-	}
-	return cloneOrder(s.orders[0]), nil
+	return s, nil
 }
 
+// deductWrite is a write mode's guard and its change to the row: plain writes
+// absolute values from its read (a lost update when writers overlap),
+// versioned needs the version it read, conditional needs the units.
+func deductWrite(w service.Write, snap memStock, cur *memStock, q int64) (func(*memStock), error) {
+	switch w {
+	case service.WritePlain:
+		return func(st *memStock) {
+			st.Available, st.Version = snap.Available-q, st.Version+1
+			if snap.PaymentWindowSeconds > 0 {
+				st.Reserved = snap.Reserved + q
+			} else {
+				st.Sold = snap.Sold + q
+			}
+		}, nil
+	case service.WriteVersioned:
+		if cur.Version != snap.Version || cur.Available < q {
+			return nil, service.ErrConflict
+		}
+	case service.WriteConditional:
+		if cur.Available < q {
+			return nil, service.ErrSoldOut
+		}
+	}
+	return sale(q), nil
+}
+
+// sale is the change of the stock row by a sale of q units: reserved while
+// it has a payment window, sold otherwise.
 func sale(q int64) func(st *memStock) {
-	return func(st *memStock) { st.Available, st.Sold, st.Version = st.Available-q, st.Sold+q, st.Version+1 }
+	return func(st *memStock) {
+		st.Available, st.Version = st.Available-q, st.Version+1
+		if st.PaymentWindowSeconds > 0 {
+			st.Reserved += q
+		} else {
+			st.Sold += q
+		}
+	}
 }
 
 // DeductBatch places the batch's orders in one transaction, as
@@ -650,10 +724,11 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 		return nil, nil, service.ErrConflict
 	}
 	at := now()
+	status, expires := newOrderStatus(snap.Stock)
 	for _, i := range plan.Placed {
 		it, fence := b.Items[i], b.Fence
 		s.orders = append(s.orders, service.Order{Buyer: it.Buyer, Key: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
-			Quantity: it.Quantity, Fence: &fence, CreatedAt: at})
+			Quantity: it.Quantity, Status: status, ExpiresAt: cloneDeadline(expires), Fence: &fence, CreatedAt: at})
 	}
 	s.apply = sale(plan.Total)
 	m.stage(s)
@@ -713,5 +788,22 @@ func clonePtr(p *int64) *int64 {
 
 func cloneOrder(o service.Order) service.Order {
 	o.Fence = clonePtr(o.Fence)
+	o.ExpiresAt = cloneDeadline(o.ExpiresAt)
 	return o
+}
+
+func cloneDeadline(d *service.Deadline) *service.Deadline {
+	if d == nil {
+		return nil
+	}
+	c := *d
+	return &c
+}
+
+// newOrderStatus is the status and deadline of an order placed now on st.
+func newOrderStatus(st service.Stock) (string, *service.Deadline) {
+	if st.PaymentWindowSeconds <= 0 {
+		return service.StatusConfirmed, nil
+	}
+	return service.StatusReserved, &service.Deadline{Time: now().Add(time.Duration(st.PaymentWindowSeconds) * time.Second)}
 }

@@ -1,0 +1,231 @@
+package repo
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// The order lifecycle's writes. Each runs READ COMMITTED: its locking reads
+// lock the order rows they return and no gaps, so a sweep never blocks the
+// INSERT of a new order. Locks are taken in the order the order path takes
+// them (buyer_purchases, then stock), orders first, so a transition and an
+// order wait on each other at most, never deadlock in a cycle of their own.
+var lifecycleTx = sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+// Transition applies t as service.Store.Transition says.
+func (s *Store) Transition(ctx context.Context, t service.Transition) (service.Outcome, error) {
+	var out service.Outcome
+	var decided error
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		rows, err := lockOrders(tx.Where("id = ?", t.ID))
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 || t.Buyer != "" && rows[0].Buyer != t.Buyer {
+			return service.ErrOrderNotFound
+		}
+		row := rows[0]
+		out.Order = row.order()
+		var to string
+		to, decided = service.Decide(t.Op, out.Order, row.DBNow)
+		if to == row.Status {
+			return nil
+		}
+		cause := t.Op
+		if to == service.StatusExpired {
+			cause = service.OpExpire
+		}
+		rets, err := s.move(tx, rows, to, t.PaymentRef, cause)
+		if err != nil {
+			return err
+		}
+		out.Order.Status, out.Moved = to, true
+		if to == service.StatusConfirmed && t.PaymentRef != "" {
+			out.Order.PaymentRef = t.PaymentRef
+		}
+		if len(rets) > 0 {
+			out.Return = &rets[0]
+		}
+		return nil
+	}, &lifecycleTx)
+	if err != nil {
+		if service.IsError(err) {
+			return service.Outcome{}, err
+		}
+		return service.Outcome{}, translate(ctx, "order transition", err)
+	}
+	return out, decided
+}
+
+// ExpireDue expires up to limit reserved orders past their deadline, as
+// service.Store.ExpireDue says: rows another transaction holds (another
+// sweeper's, a confirm's) are skipped, not waited for.
+func (s *Store) ExpireDue(ctx context.Context, limit int) ([]service.Return, error) {
+	var rets []service.Return
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		rows, err := lockOrders(tx.Where("status = ? AND expires_at <= UTC_TIMESTAMP(6)", service.StatusReserved).
+			Order("expires_at").Limit(limit).Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked}))
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		rets, err = s.move(tx, rows, service.StatusExpired, "", service.OpExpire)
+		return err
+	}, &lifecycleTx)
+	if err != nil {
+		return nil, translate(ctx, "expire orders", err)
+	}
+	return rets, nil
+}
+
+// OverdueFor is how long the oldest reserved order past its deadline has
+// been overdue, on the server's clock (0: none is).
+func (s *Store) OverdueFor(ctx context.Context) (time.Duration, error) {
+	var us sql.NullInt64
+	err := s.sql.QueryRowContext(ctx, "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(expires_at), UTC_TIMESTAMP(6)) FROM orders "+
+		"WHERE status = ? AND expires_at <= UTC_TIMESTAMP(6)", service.StatusReserved).Scan(&us)
+	if err != nil {
+		return 0, translate(ctx, "overdue orders", err)
+	}
+	return time.Duration(us.Int64) * time.Microsecond, nil
+}
+
+// lockOrders reads the orders q selects with FOR UPDATE (unless q names
+// its own locking clause), with the server's clock.
+func lockOrders(q *gorm.DB) ([]orderModel, error) {
+	if _, ok := q.Statement.Clauses["FOR"]; !ok {
+		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	var rows []orderModel
+	if err := q.Select("*, UTC_TIMESTAMP(6) AS db_now").Find(&rows).Error; err != nil {
+		return nil, translate(q.Statement.Context, "lock orders", err)
+	}
+	return rows, nil
+}
+
+// move writes rows, locked and reserved, to status to (storing paymentRef,
+// if any), and moves their units in the stock rows: to sold on a confirm,
+// back to available on a cancel or expiry (returns, by cause).
+func (s *Store) move(tx *gorm.DB, rows []orderModel, to, paymentRef string, cause service.Op) ([]service.Return, error) {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	set := map[string]any{"status": to}
+	if paymentRef != "" {
+		set["payment_ref"] = paymentRef
+	}
+	res := tx.Model(&orderModel{}).Where("id IN ? AND status = ?", ids, service.StatusReserved).Updates(set)
+	switch {
+	case res.Error != nil:
+		return nil, res.Error
+	case res.RowsAffected != int64(len(rows)):
+		return nil, fmt.Errorf("repo: %d of %d locked reserved orders were not reserved: %w", int64(len(rows))-res.RowsAffected, len(rows), service.ErrBusy)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if to == service.StatusConfirmed {
+		for _, u := range unitsBySKU(rows) {
+			if err := tx.Exec("UPDATE stock SET reserved = reserved - ?, sold = sold + ?, updated_at = ? WHERE sku = ?",
+				u.units, u.units, now, u.sku).Error; err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	if err := giveAllowanceBack(tx, rows); err != nil {
+		return nil, err
+	}
+	return s.giveUnitsBack(tx, rows, cause, now)
+}
+
+// skuUnits is the units of some orders of one SKU.
+type skuUnits struct {
+	sku    string
+	orders int
+	units  int64
+}
+
+// unitsBySKU sums rows' units per SKU, in SKU order (the order the stock
+// rows are locked in).
+func unitsBySKU(rows []orderModel) []skuUnits {
+	var out []skuUnits
+	for _, r := range rows {
+		i := slices.IndexFunc(out, func(u skuUnits) bool { return u.sku == r.SKU })
+		if i < 0 {
+			out, i = append(out, skuUnits{sku: r.SKU}), len(out)
+		}
+		out[i].orders++
+		out[i].units += int64(r.Quantity)
+	}
+	slices.SortFunc(out, func(a, b skuUnits) int { return cmp.Compare(a.sku, b.sku) })
+	return out
+}
+
+// giveAllowanceBack lowers the purchase rows of rows' buyers by their units
+// (rows exist while the SKU has a limit; none is touched otherwise), one
+// statement per SKU, buyers in key order.
+func giveAllowanceBack(tx *gorm.DB, rows []orderModel) error {
+	per := map[string]map[string]int64{}
+	for _, r := range rows {
+		if per[r.SKU] == nil {
+			per[r.SKU] = map[string]int64{}
+		}
+		per[r.SKU][r.Buyer] += int64(r.Quantity)
+	}
+	for _, sku := range slices.Sorted(maps.Keys(per)) {
+		buyers := slices.Sorted(maps.Keys(per[sku]))
+		var cases strings.Builder
+		args := make([]any, 0, 3*len(buyers)+1)
+		for _, b := range buyers {
+			cases.WriteString(" WHEN ? THEN ?")
+			args = append(args, b, per[sku][b])
+		}
+		args = append(args, sku, buyers)
+		q := "UPDATE buyer_purchases SET quantity = GREATEST(CAST(quantity AS SIGNED) - CASE buyer" + cases.String() +
+			" ELSE 0 END, 0) WHERE sku = ? AND buyer IN ?"
+		if err := tx.Exec(q, args...).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// giveUnitsBack returns rows' units to available, SKU by SKU, with one
+// return ledger row per order. A return that may make room for an order
+// refused for stock (fewer units left than the largest order) bumps the
+// SKU's restock sequence, as a restock does; the version is left alone, so
+// a return never looks like a write past the lock.
+func (s *Store) giveUnitsBack(tx *gorm.DB, rows []orderModel, cause service.Op, now time.Time) ([]service.Return, error) {
+	var rets []service.Return
+	for _, u := range unitsBySKU(rows) {
+		// The restock sequence first: MySQL and MariaDB assign left to right,
+		// so it compares the count before the return.
+		if err := tx.Exec("UPDATE stock SET restock_seq = restock_seq + (available < ?), available = available + ?, "+
+			"reserved = reserved - ?, updated_at = ? WHERE sku = ?", s.maxQuantity, u.units, u.units, now, u.sku).Error; err != nil {
+			return nil, err
+		}
+		var seq int64
+		if err := tx.Raw("SELECT restock_seq FROM stock WHERE sku = ?", u.sku).Scan(&seq).Error; err != nil {
+			return nil, err
+		}
+		rets = append(rets, service.Return{SKU: u.sku, Orders: u.orders, Units: u.units, Cause: cause, RestockSeq: seq})
+	}
+	ledger := make([]ledgerModel, len(rows))
+	for i := range rows {
+		ledger[i] = ledgerModel{SKU: rows[i].SKU, Kind: kindReturn, Delta: int64(rows[i].Quantity), OrderID: &rows[i].ID, CreatedAt: now}
+	}
+	if err := insertLedger(tx, ledger); err != nil {
+		return nil, err
+	}
+	return rets, nil
+}

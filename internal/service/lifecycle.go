@@ -1,0 +1,289 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The order lifecycle: an order placed under a payment window is reserved
+// until it is confirmed (paid), cancelled, or expired at its deadline; the
+// units of a cancelled or expired order go back on sale. The store decides
+// each transition with Decide, on the order's locked row and its own clock,
+// and applies it in one transaction with the units it returns.
+
+// Order statuses.
+const (
+	StatusReserved  = "reserved"
+	StatusConfirmed = "confirmed"
+	StatusCancelled = "cancelled"
+	StatusExpired   = "expired"
+)
+
+// Statuses is every order status, in the order an order can pass them.
+var Statuses = []string{StatusReserved, StatusConfirmed, StatusCancelled, StatusExpired}
+
+// MaxPaymentWindow bounds a SKU's payment window, in seconds (one day).
+const MaxPaymentWindow = 86400
+
+// Errors of the lifecycle: the order's status refuses the transition.
+var (
+	ErrOrderExpired   = &Error{msg: "service: the order expired unpaid"}
+	ErrOrderCancelled = &Error{msg: "service: the order was cancelled"}
+	ErrOrderConfirmed = &Error{msg: "service: the order is confirmed"}
+)
+
+// Deadline is a payment deadline. It is written in JSON as RFC 3339 in UTC
+// with microseconds always shown (time.Time drops trailing zeros).
+type Deadline struct{ time.Time }
+
+// MarshalJSON writes d as "2006-01-02T15:04:05.000000Z".
+func (d Deadline) MarshalJSON() ([]byte, error) {
+	return []byte(d.UTC().Format(`"2006-01-02T15:04:05.000000Z07:00"`)), nil
+}
+
+// Op is a transition asked of an order.
+type Op int
+
+const (
+	OpConfirm Op = iota // the payment arrived
+	OpCancel            // the buyer (or the admin) gave the order up
+	OpExpire            // the sweeper found it past its deadline
+)
+
+func (op Op) String() string {
+	return [...]string{"confirm", "cancel", "expire"}[op]
+}
+
+// Transition is one op on one order.
+type Transition struct {
+	ID int64
+	Op Op
+	// Buyer, if not "", must have placed the order: another buyer's order
+	// is ErrOrderNotFound, as for reads.
+	Buyer      string
+	PaymentRef string // stored by a confirm, if not ""
+}
+
+// Return is units given back to a SKU by cancelled or expired orders in
+// one transaction.
+type Return struct {
+	SKU        string
+	Orders     int
+	Units      int64
+	Cause      Op    // OpCancel, or OpExpire (the sweeper's, or a late confirm or cancel's)
+	RestockSeq int64 // the SKU's restock sequence after the return
+}
+
+// Outcome is what Store.Transition did.
+type Outcome struct {
+	Order  Order   // the order after the transition (as found, if it did not move)
+	Moved  bool    // its status changed in this transaction
+	Return *Return // the units it gave back, if it did
+}
+
+// Decide is the status an order moves to when op is asked of it at now, on
+// the store's clock, and the answer: nil (moved, or already where op leads),
+// or ErrOrderExpired, ErrOrderCancelled, ErrOrderConfirmed. A reserved
+// order past its deadline moves to expired whatever the op, and op is
+// answered ErrOrderExpired (OpExpire: nil). to == o.Status: nothing changes.
+func Decide(op Op, o Order, now time.Time) (to string, err error) {
+	if o.Status == StatusReserved {
+		if o.ExpiresAt != nil && !now.Before(o.ExpiresAt.Time) {
+			if op == OpExpire {
+				return StatusExpired, nil
+			}
+			return StatusExpired, fmt.Errorf("%w: its payment window ended at %s", ErrOrderExpired, o.ExpiresAt.UTC().Format(time.RFC3339Nano))
+		}
+		switch op {
+		case OpConfirm:
+			return StatusConfirmed, nil
+		case OpCancel:
+			return StatusCancelled, nil
+		}
+		return StatusReserved, nil // not due yet
+	}
+	want := map[Op]string{OpConfirm: StatusConfirmed, OpCancel: StatusCancelled, OpExpire: StatusExpired}[op]
+	if o.Status == want {
+		return o.Status, nil // idempotent
+	}
+	return o.Status, statusError(o.Status)
+}
+
+// statusError is the answer to an op an order's final status refuses.
+func statusError(status string) error {
+	switch status {
+	case StatusExpired:
+		return ErrOrderExpired
+	case StatusCancelled:
+		return ErrOrderCancelled
+	case StatusConfirmed:
+		return ErrOrderConfirmed
+	}
+	return fmt.Errorf("service: order in unknown status %q", status)
+}
+
+// Returns reports whether moving to status gives the order's units back.
+func Returns(status string) bool { return status == StatusCancelled || status == StatusExpired }
+
+// Confirm records the payment of a reserved order. It returns the order
+// confirmed (at once, or by an earlier confirm), or ErrOrderNotFound,
+// ErrOrderExpired (the deadline passed: the order is expired, its units
+// returned, and the payment must be refunded), ErrOrderCancelled,
+// ErrInvalid or ErrUnavailable.
+func (s *Service) Confirm(ctx context.Context, id int64, paymentRef string) (Order, error) {
+	if paymentRef != "" && !ValidKey(paymentRef) {
+		return Order{}, fmt.Errorf("%w: payment_ref must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
+	}
+	o, err := s.transition(ctx, Transition{ID: id, Op: OpConfirm, PaymentRef: paymentRef})
+	if errors.Is(err, ErrOrderExpired) {
+		err = fmt.Errorf("%w; the payment must be refunded", err)
+	}
+	return o, err
+}
+
+// Cancel gives up a reserved order of buyer ("": the admin, any buyer's)
+// and returns its units. It returns the order cancelled (now or before), or
+// ErrOrderNotFound (also for another buyer's order), ErrOrderConfirmed,
+// ErrOrderExpired or ErrUnavailable.
+func (s *Service) Cancel(ctx context.Context, buyer string, id int64) (Order, error) {
+	return s.transition(ctx, Transition{ID: id, Op: OpCancel, Buyer: buyer})
+}
+
+// transition applies t in the store, retried while the store is busy
+// (a deadlock with another transition), and announces a return.
+func (s *Service) transition(ctx context.Context, t Transition) (Order, error) {
+	if t.ID <= 0 {
+		return Order{}, fmt.Errorf("%w: order id must be a positive integer", ErrInvalid)
+	}
+	start := time.Now()
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	var out Outcome
+	err := retryBusy(wctx, func() (err error) {
+		out, err = s.store.Transition(wctx, t)
+		return err
+	})
+	if out.Return != nil {
+		s.returned(ctx, []Return{*out.Return})
+	}
+	if out.Moved {
+		s.metrics.CountTransitions(out.Order.Status, t.Op.String(), 1)
+	}
+	s.metrics.ObserveTransition(t.Op.String(), outcome(err), time.Since(start))
+	if err != nil && !errors.Is(err, ErrOrderExpired) && !errors.Is(err, ErrOrderCancelled) && !errors.Is(err, ErrOrderConfirmed) {
+		return Order{}, err
+	}
+	return out.Order, err
+}
+
+// outcome labels an answer for the metrics.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrOrderExpired):
+		return "expired"
+	case errors.Is(err, ErrOrderCancelled):
+		return "cancelled"
+	case errors.Is(err, ErrOrderConfirmed):
+		return "confirmed"
+	case errors.Is(err, ErrOrderNotFound):
+		return "not_found"
+	}
+	return "error"
+}
+
+// retryBusy runs f until it returns anything but ErrBusy, a few times at
+// most, pausing a little between tries.
+func retryBusy(ctx context.Context, f func() error) error {
+	var err error
+	for try := range 5 {
+		if err = f(); !errors.Is(err, ErrBusy) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try+1) * 5 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// returned makes units given back visible: this instance's sold-out entry
+// ends and learns the new restock sequence, the other instances hear of it
+// (StockEvents), and the metrics count it.
+func (s *Service) returned(ctx context.Context, rets []Return) {
+	for _, r := range rets {
+		s.soldOut.drop(r.SKU)
+		s.seqs.learn(r.SKU, r.RestockSeq)
+		s.metrics.CountReturn(r.Cause.String(), r.Units)
+		if s.cfg.Events == nil {
+			continue
+		}
+		if err := s.cfg.Events.StockChanged(context.WithoutCancel(ctx), r.SKU, r.RestockSeq); err != nil {
+			s.log.WarnContext(ctx, "return not published: other instances see it at their next read of the SKU", "sku", r.SKU, "err", err)
+		}
+	}
+}
+
+// SweepBatch is the most orders one sweep transaction expires.
+const SweepBatch = 200
+
+// Sweep expires every reserved order past its deadline, SweepBatch at a
+// time, and announces the units returned; then it records the sweeper's lag
+// (the oldest reservation still overdue: ones another instance's sweep holds
+// are skipped here). Several instances may sweep at once: each order is
+// expired once (the store skips rows another sweep holds). It returns the
+// orders it expired.
+func (s *Service) Sweep(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		rets, err := s.store.ExpireDue(ctx, SweepBatch)
+		if err != nil && !errors.Is(err, ErrBusy) {
+			return n, err
+		}
+		s.returned(ctx, rets)
+		got := 0
+		for _, r := range rets {
+			got += r.Orders
+			s.metrics.CountTransitions(StatusExpired, OpExpire.String(), r.Orders)
+		}
+		n += got
+		if got < SweepBatch || err != nil {
+			break
+		}
+	}
+	lag, err := s.store.OverdueFor(ctx)
+	if err == nil {
+		s.metrics.SetSweepLag(lag)
+	}
+	return n, err
+}
+
+// RunSweeper sweeps every interval until ctx ends. A failed sweep is logged
+// (once per run of failures) and tried again at the next tick: the orders
+// stay reserved in MySQL until one succeeds, so none is lost.
+func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, err := s.Sweep(ctx)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			s.log.WarnContext(ctx, "expiry sweep failed; retried every interval", "err", err)
+			failing = true
+		case err == nil && failing:
+			s.log.InfoContext(ctx, "expiry sweep works again")
+			failing = false
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package servicetest
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// Transition applies t as service.Store.Transition says, at this store's
+// clock, holding the order's SKU row as the MySQL store's UPDATE does.
+func (m *MemStore) Transition(ctx context.Context, t service.Transition) (service.Outcome, error) {
+	if err := ctxErr(ctx, "order transition"); err != nil {
+		return service.Outcome{}, err
+	}
+	m.mu.Lock()
+	o, ok := m.orders[t.ID]
+	m.mu.Unlock()
+	if !ok || t.Buyer != "" && o.Buyer != t.Buyer {
+		return service.Outcome{}, service.ErrOrderNotFound
+	}
+	row := m.rowLock(o.SKU)
+	defer row.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o = m.orders[t.ID]
+	to, decided := service.Decide(t.Op, o, now())
+	out := service.Outcome{Order: cloneOrder(o)}
+	if to == o.Status {
+		return out, decided
+	}
+	if to == service.StatusConfirmed && t.PaymentRef != "" {
+		o.PaymentRef = t.PaymentRef
+	}
+	cause := t.Op
+	if to == service.StatusExpired {
+		cause = service.OpExpire
+	}
+	rets := m.move([]int64{o.ID}, to, t.PaymentRef, cause)
+	out.Order, out.Moved = cloneOrder(m.orders[t.ID]), true
+	if len(rets) > 0 {
+		out.Return = &rets[0]
+	}
+	return out, decided
+}
+
+// ExpireDue expires up to limit reserved orders past their deadline, the
+// oldest deadlines first, and returns their units per SKU.
+func (m *MemStore) ExpireDue(ctx context.Context, limit int) ([]service.Return, error) {
+	if err := ctxErr(ctx, "expire orders"); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at := now()
+	var due []service.Order
+	for _, o := range m.orders {
+		if to, _ := service.Decide(service.OpExpire, o, at); to == service.StatusExpired && o.Status == service.StatusReserved {
+			due = append(due, o)
+		}
+	}
+	slices.SortFunc(due, func(a, b service.Order) int { return a.ExpiresAt.Compare(b.ExpiresAt.Time) })
+	ids := make([]int64, 0, limit)
+	for _, o := range due[:min(limit, len(due))] {
+		ids = append(ids, o.ID)
+	}
+	return m.move(ids, service.StatusExpired, "", service.OpExpire), nil
+}
+
+// OverdueFor is how long the oldest reserved order past its deadline has
+// been overdue (0: none is).
+func (m *MemStore) OverdueFor(ctx context.Context) (time.Duration, error) {
+	if err := ctxErr(ctx, "overdue orders"); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, worst := now(), time.Duration(0)
+	for _, o := range m.orders {
+		if o.Status == service.StatusReserved && o.ExpiresAt != nil && !at.Before(o.ExpiresAt.Time) {
+			worst = max(worst, at.Sub(o.ExpiresAt.Time))
+		}
+	}
+	return worst, nil
+}
+
+// move sets the reserved orders ids to status to and moves their units:
+// to sold on a confirm; back to available, the buyer's allowance and a
+// return ledger entry each on a cancel or expiry, bumping the SKU's
+// restock sequence as the MySQL store does. It returns the returns per
+// SKU, in SKU order. The caller holds m.mu.
+func (m *MemStore) move(ids []int64, to, paymentRef string, cause service.Op) []service.Return {
+	per := map[string]*service.Return{}
+	for _, id := range ids {
+		o := m.orders[id]
+		o.Status = to
+		if to == service.StatusConfirmed && paymentRef != "" {
+			o.PaymentRef = paymentRef
+		}
+		m.orders[id] = o
+		st, q := m.stock[o.SKU], int64(o.Quantity)
+		st.Reserved -= q
+		if to == service.StatusConfirmed {
+			st.Sold += q
+			continue
+		}
+		if st.Available < m.maxQuantity() {
+			st.RestockSeq++
+		}
+		st.Available += q
+		if k := (buyerSKU{o.Buyer, o.SKU}); m.purchases[k] > 0 {
+			m.purchases[k] = max(0, m.purchases[k]-q)
+		}
+		m.ledger[o.SKU] = append(m.ledger[o.SKU], ledgerEntry{kind: "return", delta: q, orderID: id})
+		r := per[o.SKU]
+		if r == nil {
+			r = &service.Return{SKU: o.SKU, Cause: cause}
+			per[o.SKU] = r
+		}
+		r.Orders++
+		r.Units += q
+		r.RestockSeq = st.RestockSeq
+	}
+	rets := make([]service.Return, 0, len(per))
+	for _, r := range per {
+		rets = append(rets, *r)
+	}
+	slices.SortFunc(rets, func(a, b service.Return) int { return cmp.Compare(a.SKU, b.SKU) })
+	return rets
+}
