@@ -24,7 +24,8 @@ type ContractStore struct {
 // a store of its own from newStore: every Write mode and the order of its
 // checks, conflicts under concurrent writers, duplicate keys, the per-buyer
 // limit, BeforeCommit's rollback, batches, restocks, Precheck's
-// snapshot, paging, SetStock and Audit. The MySQL store is the reference:
+// snapshot, paging, SetStock and Audit, and the order lifecycle (reserve,
+// confirm, cancel, expire, returns). The MySQL store is the reference:
 // a case fails on a store that does what MySQL does not.
 func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 	cases := []struct {
@@ -47,6 +48,13 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"Orders", contractOrders},
 		{"ConcurrentWriters", contractConcurrentWriters},
 		{"Audit", contractAudit},
+		{"Reserve", contractReserve},
+		{"Confirm", contractConfirm},
+		{"Cancel", contractCancel},
+		{"Expire", contractExpire},
+		{"ReturnsMakeRoom", contractReturnsMakeRoom},
+		{"ReturnsGiveAllowanceBack", contractReturnsGiveAllowanceBack},
+		{"ConcurrentTransitions", contractConcurrentTransitions},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -116,8 +124,10 @@ func sameOrder(t *testing.T, what string, got, want service.Order) {
 	g, w := got, want
 	g.CreatedAt, w.CreatedAt = time.Time{}, time.Time{}
 	g.Fence, w.Fence = nil, nil
+	g.ExpiresAt, w.ExpiresAt = nil, nil
 	if g != w || !got.CreatedAt.Equal(want.CreatedAt) || (got.Fence == nil) != (want.Fence == nil) ||
-		got.Fence != nil && *got.Fence != *want.Fence {
+		got.Fence != nil && *got.Fence != *want.Fence || (got.ExpiresAt == nil) != (want.ExpiresAt == nil) ||
+		got.ExpiresAt != nil && !got.ExpiresAt.Equal(want.ExpiresAt.Time) {
 		t.Fatalf("%s = %s; want %s", what, fmtOrder(got), fmtOrder(want))
 	}
 }
@@ -127,8 +137,12 @@ func fmtOrder(o service.Order) string {
 	if o.Fence != nil {
 		fence = fmt.Sprint(*o.Fence)
 	}
-	return fmt.Sprintf("{ID:%d Buyer:%q Key:%q SKU:%q Quantity:%d Fence:%s Hash:%q CreatedAt:%s}",
-		o.ID, o.Buyer, o.Key, o.SKU, o.Quantity, fence, o.RequestHash, o.CreatedAt.Format(time.RFC3339Nano))
+	expires := "nil"
+	if o.ExpiresAt != nil {
+		expires = o.ExpiresAt.Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("{ID:%d Buyer:%q Key:%q SKU:%q Quantity:%d Status:%s ExpiresAt:%s PaymentRef:%q Fence:%s Hash:%q CreatedAt:%s}",
+		o.ID, o.Buyer, o.Key, o.SKU, o.Quantity, o.Status, expires, o.PaymentRef, fence, o.RequestHash, o.CreatedAt.Format(time.RFC3339Nano))
 }
 
 // unchanged fails unless sku's stock row and ledger are as before.
