@@ -76,6 +76,11 @@ type instanceOpts struct {
 	locker    service.Locker // overrides the Redis lock
 	noAdmin   bool
 	batchMax  int // 0: the service's default
+	// payment is STOCK_PAYMENT_TOKEN; expiry, STOCK_EXPIRY_INTERVAL (0:
+	// the default); soldOutTTL, STOCK_SOLDOUT_TTL (0: the default).
+	payment    string
+	expiry     time.Duration
+	soldOutTTL time.Duration
 }
 
 // instance is one whole server (app.New, as cmd/stock builds it) over a
@@ -111,6 +116,13 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	}
 	if o.noAdmin {
 		cfg.AdminToken = ""
+	}
+	cfg.PaymentToken = o.payment
+	if o.expiry != 0 {
+		cfg.ExpiryInterval = o.expiry
+	}
+	if o.soldOutTTL != 0 {
+		cfg.SoldOutTTL = o.soldOutTTL
 	}
 	var opts []app.Option
 	if o.locker != nil {
