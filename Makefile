@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
 .PHONY: help test unit vet lint fuzz flake-check build run bench chaos k6-check compose-check \
-	demo demo-throughput demo-gates demo-wrk profile
+	demo demo-throughput demo-lifecycle demo-gates demo-wrk profile
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -88,8 +88,11 @@ DEMO_FLAGS ?=
 demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK) -buyers $(DEMO_BUYERS) \
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
 	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -backends '$(DEMO_BACKENDS)' -out loadtest/report $(DEMO_FLAGS)
-demo: build ## the ceiling, then every strategy on three instances (sell-out proof, throughput), then the gates
-	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput,gates -results docs/results/demo.md -gates-doc docs/results/gates.md -target demo
+demo: build ## the ceiling, then every strategy on three instances (sell-out proof, throughput, lifecycle), then the gates
+	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput,lifecycle,gates -results docs/results/demo.md -gates-doc docs/results/gates.md -target demo
+
+demo-lifecycle: build ## every strategy under a payment window: reserve, pay, cancel, expire, checked from MySQL; docs/results/lifecycle.md
+	$(GO) run ./loadtest/demo $(demo_args) -phases lifecycle -results docs/results/lifecycle.md -target demo-lifecycle
 
 demo-throughput: build ## the ceiling and the throughput run only
 	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput -results docs/results/demo-throughput.md -target demo-throughput

@@ -60,10 +60,11 @@ type options struct {
 	retries    int
 	keepDB     bool
 	logw       io.Writer
-	ceiling    *ceilingOpts // nil: no ceiling phase
-	profile    string       // if set, the throughput phase's lock+version run writes a CPU profile document here
-	gates      *gatesOpts   // nil: no gates phase
-	wrk        *wrkOptions  // nil: no wrk phase
+	ceiling    *ceilingOpts   // nil: no ceiling phase
+	profile    string         // if set, the throughput phase's lock+version run writes a CPU profile document here
+	gates      *gatesOpts     // nil: no gates phase
+	wrk        *wrkOptions    // nil: no wrk phase
+	lifecycle  *lifecycleOpts // nil: no lifecycle phase
 }
 
 // ceilingOpts sizes the ceiling phase.
@@ -110,6 +111,7 @@ type phaseFlags struct {
 	gates                    gatesOpts
 	ceil                     ceilingOpts
 	wrk                      wrkOptions
+	life                     lifecycleOpts
 	sell, tp                 phase
 }
 
@@ -120,7 +122,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var (
 		o          options
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
-		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, gates")
+		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk")
 		backends   = fs.String("backends", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Backends(), ","))
 		pf         = phaseFlags{strats: strats, phases: phases, backends: backends, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
 		gates      = &pf.gates
@@ -159,6 +161,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&gates.concurrency, "gates-concurrency", 200, "gates: concurrent buyers of the exact run")
 	fs.Int64Var(&gates.pauseStock, "gates-pause-stock", 200, "gates: units of the pause run (twice as many buyers, 20 concurrent)")
 	fs.StringVar(&gates.doc, "gates-doc", "", "gates: also write the comparison as a markdown document here")
+	fs.Int64Var(&pf.life.stock, "life-stock", 300, "lifecycle: units of stock")
+	fs.IntVar(&pf.life.window, "life-window", 3, "lifecycle: the payment window, seconds")
+	fs.Float64Var(&pf.life.rate, "life-rate", 150, "lifecycle: buyers arriving per second")
+	fs.DurationVar(&pf.life.duration, "life-duration", 15*time.Second, "lifecycle: how long buyers keep arriving")
+	fs.IntVar(&pf.life.concurrency, "life-concurrency", 100, "lifecycle: orders in flight at most")
 	fs.IntVar(&pf.wrk.connections, "wrk-connections", 201, "wrk: connections in all, split over the instances")
 	fs.DurationVar(&pf.wrk.duration, "wrk-duration", 30*time.Second, "wrk: duration of each request kind, all rounds together (whole seconds per round)")
 	fs.IntVar(&pf.wrk.rounds, "wrk-rounds", 3, "wrk: rounds of /healthz then orders, alternated")
@@ -172,7 +179,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if err := o.choosePhases(&pf); err != nil {
 		return o, err
 	}
-	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil && o.wrk == nil {
+	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil && o.wrk == nil && o.lifecycle == nil {
 		return o, errors.New("nothing to run: -strategies and -phases must not be empty")
 	}
 	if o.instances < 1 || o.instances > 16 {
@@ -239,8 +246,10 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 			o.gates = &pf.gates
 		case "wrk":
 			o.wrk = &pf.wrk
+		case "lifecycle":
+			o.lifecycle = &pf.life
 		default:
-			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, gates, wrk", p)
+			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, lifecycle, gates, wrk", p)
 		}
 	}
 	return nil
@@ -352,6 +361,14 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 			_, _ = fmt.Fprintf(stdout, "gates: %s\n", o.gates.doc)
 		}
 	}
+	var life []*driver.LifecycleResult
+	var lifeNote string
+	if o.lifecycle != nil {
+		var err error
+		if life, lifeNote, err = runLifecycle(ctx, o, runID, token, stdout); err != nil {
+			return driver.Report{}, err
+		}
+	}
 	if o.wrk != nil {
 		if err := runWrkPhase(ctx, o, runID, token, stdout); err != nil {
 			return driver.Report{}, fmt.Errorf("wrk: %w", err)
@@ -366,6 +383,9 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 		rep.Sections = append(rep.Sections, pause)
 	}
 	rep.Ceiling, rep.CeilingNote = ceiling, strings.Join(ceilingGoals(ceiling), " ")
+	if life != nil {
+		rep.AddLifecycle(lifeNote, life)
+	}
 	return rep, nil
 }
 

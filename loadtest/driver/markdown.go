@@ -65,8 +65,57 @@ func WriteMarkdown(w io.Writer, rep Report, target, commit string) error {
 		}
 		b.WriteString("\n")
 	}
+	writeLifecycle(&b, rep)
 	_, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n")
 	return err
+}
+
+// writeLifecycle writes the lifecycle phase's table and failed checks.
+func writeLifecycle(b *strings.Builder, rep Report) {
+	if len(rep.Lifecycle) == 0 {
+		return
+	}
+	b.WriteString("## Lifecycle: reserve, pay, cancel, expire\n\n")
+	if rep.LifecycleNote != "" {
+		b.WriteString(rep.LifecycleNote + "\n\n")
+	}
+	head, rows := LifecycleRows(rep.Lifecycle)
+	writeMarkdownTable(b, head, rows)
+	b.WriteString("\n")
+	for _, r := range rep.Lifecycle {
+		for _, c := range r.Checks {
+			if !c.OK {
+				mark := "FAIL"
+				if r.ExpectOversell && c.Oversell {
+					mark = "caught"
+				}
+				fmt.Fprintf(b, "- %s, %s: %s (%s)\n", r.Label, mark, c.Name, mdCell(c.Detail))
+			}
+		}
+	}
+	b.WriteString("\n")
+}
+
+// LifecycleRows is the lifecycle runs as a table.
+func LifecycleRows(runs []*LifecycleResult) ([]string, [][]string) {
+	head := []string{"strategy", "verdict", "buyers", "orders", "orders/s", "order p50/p99 ms", "confirms", "confirms/s",
+		"cancels", "late confirms", "units returned", "confirmed/cancelled/expired", "available at end", "max sweep lag s"}
+	var rows [][]string
+	for _, r := range runs {
+		verdict := "PASS"
+		switch {
+		case r.ExpectOversell && r.Passed:
+			verdict = "CAUGHT"
+		case !r.Passed:
+			verdict = "FAIL"
+		}
+		rows = append(rows, []string{r.Label, verdict, fmt.Sprint(r.Buyers), fmt.Sprint(r.Orders), fmt.Sprintf("%.0f", r.OrdersPerSec),
+			fmt.Sprintf("%.1f / %.1f", r.OrderP50, r.OrderP99), fmt.Sprint(r.Confirms), fmt.Sprintf("%.1f", r.ConfirmsPerSec),
+			fmt.Sprint(r.Cancels), fmt.Sprint(r.LateConfirms), fmt.Sprint(r.UnitsReturned),
+			fmt.Sprintf("%d / %d / %d", r.ByStatus["confirmed"], r.ByStatus["cancelled"], r.ByStatus["expired"]),
+			fmt.Sprint(r.AvailableEnd), fmt.Sprintf("%.2f", r.MaxSweepLag)})
+	}
+	return head, rows
 }
 
 // writeMarkdownTable writes a table: the first column left-aligned, the

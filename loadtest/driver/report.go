@@ -26,6 +26,19 @@ type Report struct {
 	// demo's ceiling phase), the yardstick of the sections' orders/s.
 	Ceiling     []RateResult `json:"ceiling,omitempty"`
 	CeilingNote string       `json:"ceiling_note,omitempty"`
+	// Lifecycle is the lifecycle phase's runs (reserve, pay, cancel,
+	// expire), with its note.
+	Lifecycle     []*LifecycleResult `json:"lifecycle,omitempty"`
+	LifecycleNote string             `json:"lifecycle_note,omitempty"`
+}
+
+// AddLifecycle adds the lifecycle phase's runs; a run that did not pass
+// fails the report.
+func (r *Report) AddLifecycle(note string, runs []*LifecycleResult) {
+	r.Lifecycle, r.LifecycleNote = runs, note
+	for _, run := range runs {
+		r.Passed = r.Passed && run.Passed
+	}
 }
 
 // Section is runs compared side by side.
