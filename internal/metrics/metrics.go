@@ -104,6 +104,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, c := range []string{"cancel", "expire"} {
 		m.Returned.WithLabelValues(c)
 	}
+	for _, op := range []string{"confirm", "cancel"} {
+		m.TransitionTime.WithLabelValues(op, "ok")
+	}
 	return m
 }
 

@@ -40,7 +40,10 @@ type LifecycleConfig struct {
 	AllConfirm     bool
 	MySQLDSN       string // required: the proof reads MySQL's rows
 	ExpectOversell bool   // the run passes only if the checks catch an oversell
-	Label          string
+	// Reported marks an unsafe control run whose broken checks are the
+	// finding: they are reported and do not fail the report.
+	Reported bool
+	Label    string
 	Log            func(format string, args ...any) // progress lines; nil: none
 }
 
@@ -65,6 +68,7 @@ type LifecycleResult struct {
 	ByStatus       map[string]int64 `json:"by_status"`
 	MaxSweepLag    float64          `json:"max_sweep_lag_seconds"` // oldest overdue reservation seen, polled
 	ExpectOversell bool             `json:"expect_oversell"`
+	Reported       bool             `json:"reported,omitempty"`
 	Checks         []Check          `json:"checks"`
 	Passed         bool             `json:"passed"`
 }
@@ -112,7 +116,8 @@ func RunLifecycle(ctx context.Context, cfg LifecycleConfig) (*LifecycleResult, e
 			client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, runID: NewRunID()}}
 	run.sku = "life-" + run.r.runID
 	run.r.sku = run.sku
-	run.res = &LifecycleResult{Label: cfg.Label, SKU: run.sku, Stock: cfg.Stock, Window: cfg.Window, ExpectOversell: cfg.ExpectOversell}
+	run.res = &LifecycleResult{Label: cfg.Label, SKU: run.sku, Stock: cfg.Stock, Window: cfg.Window, ExpectOversell: cfg.ExpectOversell,
+		Reported: cfg.Reported}
 	if err := run.setup(ctx); err != nil {
 		return nil, err
 	}

@@ -88,6 +88,8 @@ func writeLifecycle(b *strings.Builder, rep Report) {
 				mark := "FAIL"
 				if r.ExpectOversell && c.Oversell {
 					mark = "caught"
+				} else if r.Reported {
+					mark = "unsafe"
 				}
 				fmt.Fprintf(b, "- %s, %s: %s (%s)\n", r.Label, mark, c.Name, mdCell(c.Detail))
 			}
@@ -106,6 +108,8 @@ func LifecycleRows(runs []*LifecycleResult) ([]string, [][]string) {
 		switch {
 		case r.ExpectOversell && r.Passed:
 			verdict = "CAUGHT"
+		case r.Reported && !r.Passed:
+			verdict = "UNSAFE"
 		case !r.Passed:
 			verdict = "FAIL"
 		}

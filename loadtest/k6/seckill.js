@@ -29,6 +29,10 @@
  *   READY_TIMEOUT[60]     seconds setup waits for every base URL's /readyz
  *   ADMIN_TOKEN  (required) bearer token of the admin API
  *   SCENARIO     [burst]  burst | arrival
+ *   WINDOW       [0]      the SKU's payment window, seconds; > 0 runs the lifecycle: each
+ *                winner's order is reserved, every third never pays, every tenth
+ *                cancels, the rest confirm (some after their deadline)
+ *   PAYMENT_TOKEN[ADMIN_TOKEN] bearer token of POST /v1/orders/{id}/confirm
  *   SUMMARY      [loadtest/report/k6-summary.json]  JSON summary path (k6 does not create
  *                its folder: mkdir -p loadtest/report first); empty = none
  *
@@ -118,6 +122,8 @@ const DURATION = strEnv("DURATION", "10s");
 const MAX_DURATION = strEnv("MAX_DURATION", "5m");
 const ADMIN_TOKEN = strEnv("ADMIN_TOKEN", "");
 const SCENARIO = strEnv("SCENARIO", "burst");
+const WINDOW = intEnv("WINDOW", 0, 0);
+const PAYMENT_TOKEN = strEnv("PAYMENT_TOKEN", ADMIN_TOKEN);
 const SUMMARY = __ENV.SUMMARY === undefined ? "loadtest/report/k6-summary.json" : __ENV.SUMMARY;
 
 // Greedy buyers: every GREEDY_EVERY-th iteration (10% by default) orders as
@@ -160,6 +166,10 @@ const limitExceededByServer = new Counter("limit_exceeded_by_server"); // buyers
 const busy = new Counter("busy"); // 429
 const errors = new Counter("errors"); // anything else, no response included
 const orderDuration = new Trend("order_duration", true);
+const confirmed = new Counter("confirmed"); // confirm answered 200
+const cancelled = new Counter("cancelled"); // cancel answered 200
+const lateConfirms = new Counter("late_confirms"); // confirm answered 409 order-expired
+const transitionErrors = new Counter("transition_errors"); // a confirm or cancel answered anything else
 
 const oversold = new Counter("oversold");
 const soldMismatch = new Counter("sold_mismatch");
@@ -202,6 +212,7 @@ const thresholds = {
   created: [`count<=${SELLABLE_ORDERS}`],
   // No buyer holds more than the per-buyer limit, says the audit.
   limit_exceeded_by_server: ["count==0"],
+  transition_errors: ["count==0"],
 };
 if (SCENARIO === "arrival") {
   // An arrival the executor could not start is a buyer who never came: the
@@ -241,6 +252,9 @@ http.setResponseCallback(http.expectedStatuses(200, 201, 409, 429));
  * @property {number} orders
  * @property {number} ordered_quantity
  * @property {number} stocked
+ * @property {number} reserved
+ * @property {number} confirmed_quantity
+ * @property {number} return_mismatch
  * @property {boolean} consistent
  * @property {number} oversold
  * @property {number} buyers_over_limit buyers holding more than the per-buyer limit
@@ -322,7 +336,7 @@ export function setup() {
   const sku = SKU_ENV !== "" ? SKU_ENV : `seckill-${runId}`;
   const path = `/v1/admin/stock/${encodeURIComponent(sku)}`;
 
-  const put = http.put(`${BASE_URLS[0]}${path}`, JSON.stringify({ available: STOCK, per_buyer_limit: LIMIT }), {
+  const put = http.put(`${BASE_URLS[0]}${path}`, JSON.stringify({ available: STOCK, per_buyer_limit: LIMIT, payment_window_seconds: WINDOW }), {
     headers: adminHeaders(),
     tags: { name: "PUT /v1/admin/stock/{sku}" },
   });
@@ -401,6 +415,7 @@ export default function (data) {
             return o !== undefined && o !== null && o.sku === data.sku && o.quantity === QUANTITY;
           },
         });
+        if (WINDOW > 0) afterTheSale(base, n, body(res), params.headers.Authorization);
         return;
       case 200:
         replayed.add(1);
@@ -425,9 +440,48 @@ export default function (data) {
   }
 }
 
+/**
+ * A winner's fate under a payment window: every third never pays, every
+ * tenth cancels within half the window, the rest confirm at a random moment
+ * up to a quarter of the window past the deadline (409 order-expired then).
+ * @param {string} base
+ * @param {number} n the iteration
+ * @param {any} order the 201's body
+ * @param {string} buyerAuth the buyer's Authorization header
+ */
+function afterTheSale(base, n, order, buyerAuth) {
+  if (!order || order.status !== "reserved" || n % 3 === 0) return;
+  const cancel = n % 10 === 1;
+  sleep(Math.random() * WINDOW * (cancel ? 0.5 : 1.25));
+  const op = cancel ? "cancel" : "confirm";
+  const res = http.post(`${base}/v1/orders/${order.id}/${op}`, null, {
+    headers: { Authorization: cancel ? buyerAuth : `Bearer ${PAYMENT_TOKEN}` },
+    tags: { name: `POST /v1/orders/{id}/${op}` },
+  });
+  const p = body(res);
+  const type = p && typeof p === "object" && "type" in p ? String(p.type) : "";
+  if (res.status === 200) (cancel ? cancelled : confirmed).add(1);
+  else if (!cancel && res.status === 409 && type.endsWith("/order-expired")) lateConfirms.add(1);
+  else transitionErrors.add(1, { op, status: String(res.status) });
+}
+
+/**
+ * The audit once no order of the SKU is reserved (every reservation paid,
+ * cancelled or swept), waiting at most the window and 30 s.
+ * @param {string} sku
+ * @returns {Audit}
+ */
+function settledAudit(sku) {
+  let a = readAudit(BASE_URLS[0], sku);
+  for (const end = Date.now() + (WINDOW + 30) * 1000; a.reserved > 0 && Date.now() < end; a = readAudit(BASE_URLS[0], sku)) {
+    sleep(0.5);
+  }
+  return a;
+}
+
 /** @param {RunData} data */
 export function teardown(data) {
-  const a = readAudit(BASE_URLS[0], data.sku);
+  const a = WINDOW > 0 ? settledAudit(data.sku) : readAudit(BASE_URLS[0], data.sku);
   const sold = a.sold - data.sold0;
   const orders = a.orders - data.orders0;
   auditSold.add(a.sold);
@@ -440,12 +494,15 @@ export function teardown(data) {
     ["available >= 0", a.available >= 0],
     [`sold this run (${sold}) <= stock (${STOCK})`, sold <= STOCK],
     [`available (${a.available}) == stock - sold this run (${STOCK - sold})`, a.available === STOCK - sold],
-    [`sold (${a.sold}) == ordered quantity (${a.ordered_quantity})`, a.sold === a.ordered_quantity],
-    [`stocked (${a.stocked}) == available + sold (${a.available + a.sold})`, a.stocked === a.available + a.sold],
-    [`orders this run (${orders}) * quantity == sold this run (${sold})`, orders * QUANTITY === sold],
+    [`sold (${a.sold}) == confirmed quantity (${a.confirmed_quantity})`, a.sold === a.confirmed_quantity],
+    [`stocked (${a.stocked}) == available + reserved + sold (${a.available + a.reserved + a.sold})`,
+      a.stocked === a.available + a.reserved + a.sold],
+    [`no reservation left (${a.reserved})`, a.reserved === 0],
+    [`one return row per cancelled or expired order (${a.return_mismatch} mismatched)`, a.return_mismatch === 0],
     // One key per buyer, so more orders than buyers means a key sold twice.
     [`orders this run (${orders}) <= buyers (${BUYERS})`, orders <= BUYERS],
   ];
+  if (WINDOW === 0) invariants.push([`orders this run (${orders}) * quantity == sold this run (${sold})`, orders * QUANTITY === sold]);
   let broken = 0;
   for (const [name, holds] of invariants) {
     check(holds, { [`invariant: ${name}`]: (h) => h });
@@ -464,7 +521,8 @@ export function teardown(data) {
 
   // Demand (BUYERS * QUANTITY) covers the stock in the default scenario, so the
   // sale must sell out: exactly min(stock, demand) in whole orders, no less.
-  const mismatch = sold !== EXPECTED_SOLD;
+  // Under a payment window returned units may stay unsold: at most that.
+  const mismatch = WINDOW > 0 ? sold > EXPECTED_SOLD : sold !== EXPECTED_SOLD;
   check(sold, { [`sold this run == ${EXPECTED_SOLD}`]: (s) => s === EXPECTED_SOLD });
   soldMismatch.add(mismatch ? 1 : 0);
   if (mismatch) console.error(`seckill: sold ${sold} this run, want ${EXPECTED_SOLD} (stock ${STOCK}, buyers ${BUYERS} x ${QUANTITY})`);
