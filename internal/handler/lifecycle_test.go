@@ -35,7 +35,9 @@ func (r reply) lifecycleOrder(t testing.TB) lifecycleOrder {
 	return o
 }
 
-func bearerOf(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+func bearerOf(tok string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + tok}
+}
 
 func (in *instance) setWindow(t testing.TB, sku string, available, window int) reply {
 	t.Helper()

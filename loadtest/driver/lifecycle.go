@@ -44,7 +44,7 @@ type LifecycleConfig struct {
 	// finding: they are reported and do not fail the report.
 	Reported bool
 	Label    string
-	Log            func(format string, args ...any) // progress lines; nil: none
+	Log      func(format string, args ...any) // progress lines; nil: none
 }
 
 // LifecycleResult is what one lifecycle run measured and proved.

@@ -856,7 +856,7 @@ func contractAudit(t *testing.T, s ContractStore) {
 	a.Problems = nil
 	want := service.Audit{SKU: "A", Available: 5, Sold: 17, Stocked: 22, Orders: 6, OrderedQuantity: 17, ConfirmedQuantity: 17, DistinctKeys: 6,
 		OrdersByStatus: map[string]int64{"reserved": 0, "confirmed": 6, "cancelled": 0, "expired": 0},
-		PerBuyerLimit: 12, MaxBuyerHolds: 10, LedgerRestocked: 22, LedgerSold: 17, Consistent: true}
+		PerBuyerLimit:  12, MaxBuyerHolds: 10, LedgerRestocked: 22, LedgerSold: 17, Consistent: true}
 	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("audit after the sequence = %+v; want %+v", a, want)
 	}
