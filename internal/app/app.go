@@ -131,7 +131,11 @@ func (a *App) tracerProvider(ctx context.Context, cfg Config, o options, log *sl
 // openStore opens MySQL and checks the schema is migrated.
 func (a *App) openStore(ctx context.Context, cfg Config) error {
 	var err error
-	if a.Store, err = repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: cfg.MySQLConns, MaxQuantity: int64(cfg.MaxQuantity)}); err != nil {
+	o := repo.Options{MaxOpenConns: cfg.MySQLConns, MaxQuantity: int64(cfg.MaxQuantity)}
+	if d := cfg.SweepDelay; d > 0 {
+		o.SweepHook = func() { time.Sleep(d) }
+	}
+	if a.Store, err = repo.Open(ctx, cfg.MySQLDSN, o); err != nil {
 		return mysqlStartErr(cfg.MySQLDSN, err)
 	}
 	a.closers = append(a.closers, func() { _ = a.Store.Close() })

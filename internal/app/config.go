@@ -160,6 +160,9 @@ type Config struct {
 	JWTCacheSize int `env:"STOCK_JWT_CACHE_SIZE" envDefault:"50000" range:"0,1000000"`
 	// Fault runs only: sleep inside the critical section before COMMIT.
 	CriticalDelay time.Duration `env:"STOCK_TEST_CRITICAL_DELAY" envDefault:"0"`
+	// Fault runs only: sleep inside each expiry sweep's transaction, with
+	// the orders it expires locked.
+	SweepDelay time.Duration `env:"STOCK_TEST_SWEEP_DELAY" envDefault:"0"`
 	// The traces' `service.name` (empty: `stock`, or the `service.name` of
 	// `OTEL_RESOURCE_ATTRIBUTES`).
 	ServiceName string `env:"OTEL_SERVICE_NAME"`

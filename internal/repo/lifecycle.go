@@ -79,6 +79,9 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) ([]service.Return, err
 		if err != nil || len(rows) == 0 {
 			return err
 		}
+		if s.sweepHook != nil {
+			s.sweepHook()
+		}
 		rets, err = s.move(tx, rows, service.StatusExpired, "", service.OpExpire)
 		return err
 	}, &lifecycleTx)

@@ -47,6 +47,7 @@ type Store struct {
 	// afterStockRead, if set (tests), runs between the multi-statement
 	// batch's stock read and its writes.
 	afterStockRead func()
+	sweepHook      func() // Options.SweepHook
 }
 
 // Options sizes the connection pool.
@@ -58,6 +59,10 @@ type Options struct {
 	// MaxQuantity; default 100): a restock from below it bumps the SKU's
 	// RestockSeq, one from above it cannot make room for a refused order.
 	MaxQuantity int64
+	// SweepHook, if set (fault runs), runs inside each ExpireDue transaction
+	// that found orders due, after their rows are locked and before they
+	// are written.
+	SweepHook func()
 }
 
 // DriverConfig is dsn's driver configuration as every pool of this service
@@ -118,7 +123,7 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	sqlDB.SetMaxOpenConns(o.MaxOpenConns)
 	sqlDB.SetMaxIdleConns(o.MaxIdleConns)
 	sqlDB.SetConnMaxLifetime(o.ConnMaxLife)
-	s := &Store{db: db, sql: sqlDB, maxQuantity: o.MaxQuantity}
+	s := &Store{db: db, sql: sqlDB, maxQuantity: o.MaxQuantity, sweepHook: o.SweepHook}
 	if err := s.Ping(ctx); err != nil {
 		_ = sqlDB.Close()
 		return nil, err

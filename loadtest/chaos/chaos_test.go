@@ -47,6 +47,10 @@ var scenarios = []scenario{
 	{"12", "one of three Redlock masters killed", true, redlockMasterKilled},
 	{"13", "clock jump, then a pause, on one Redlock master", false, redlockClockJump},
 	{"14", "MariaDB killed and restarted, dbtable", false, dbtableMariaDBRestart},
+	{"15", "lifecycle: an instance SIGKILLed in the middle of a sweep", true, killMidSweep},
+	{"16", "lifecycle: a sweeper SIGSTOPped past many deadlines, then resumed", false, stopSweeper},
+	{"17", "lifecycle: MariaDB killed and restarted during the sweeps", false, mariadbMidSweep},
+	{"18", "lifecycle: Redis down while units are returned", false, redisDownReturns},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses

@@ -45,6 +45,10 @@ type LifecycleConfig struct {
 	Reported bool
 	Label    string
 	Log      func(format string, args ...any) // progress lines; nil: none
+	// Observe, if set, sees every answer (op "order", "confirm" or
+	// "cancel"), from the buyers' goroutines: fault runs time recoveries
+	// with it.
+	Observe func(op string, code int, at time.Time)
 }
 
 // LifecycleResult is what one lifecycle run measured and proved.
@@ -244,6 +248,9 @@ func (l *lifeRun) fate(ctx context.Context, j int, id int64, buyerAuth string) {
 
 // record notes one answer about order id.
 func (l *lifeRun) record(id int64, op string, code int, kind string, d time.Duration) {
+	if l.cfg.Observe != nil {
+		l.cfg.Observe(op, code, time.Now())
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.answers[id] = append(l.answers[id], lifeAnswer{op: op, code: code, kind: kind})
