@@ -1,6 +1,7 @@
 package handler_test
 
 import (
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -268,7 +269,7 @@ func TestLifecycleRace(t *testing.T) {
 	for i, o := range placed {
 		for j, op := range []string{"confirm", "cancel"} {
 			wg.Go(func() {
-				time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) // around the deadline
+				time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) //nolint:gosec // G404: jitter around the deadline, not a secret
 				in := ins[(i+j)%len(ins)]
 				var r reply
 				if op == "confirm" {
@@ -346,23 +347,13 @@ func waitFinal(t testing.TB, d *db, sku string, n int) map[int64]string {
 	t.Helper()
 	sqlDB := openSQL(t, d.dsn)
 	for end := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		rows, err := sqlDB.QueryContext(t.Context(), "SELECT id, status FROM orders WHERE sku = ?", sku)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, reserved := map[int64]string{}, 0
-		for rows.Next() {
-			var id int64
-			var st string
-			if err := rows.Scan(&id, &st); err != nil {
-				t.Fatal(err)
-			}
-			got[id] = st
+		got := statusesOf(t, sqlDB, sku)
+		reserved := 0
+		for _, st := range got {
 			if st == service.StatusReserved {
 				reserved++
 			}
 		}
-		_ = rows.Close()
 		if len(got) != n {
 			t.Fatalf("%d orders of %s in MySQL; want %d", len(got), sku, n)
 		}
@@ -373,6 +364,29 @@ func waitFinal(t testing.TB, d *db, sku string, n int) map[int64]string {
 			t.Fatalf("%d orders of %s still reserved a minute past their deadline", reserved, sku)
 		}
 	}
+}
+
+// statusesOf is the status of each of sku's orders, by id.
+func statusesOf(t testing.TB, sqlDB *sql.DB, sku string) map[int64]string {
+	t.Helper()
+	rows, err := sqlDB.QueryContext(t.Context(), "SELECT id, status FROM orders WHERE sku = ?", sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	got := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var st string
+		if err := rows.Scan(&id, &st); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = st
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // checkLifecycleRows checks sku's accounting straight from MySQL's rows:

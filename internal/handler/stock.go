@@ -77,16 +77,8 @@ func (h *Handler) admin(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	got, ok := bearer(c.GetHeader("Authorization"))
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.adminToken)) != 1 {
-		if ok, n := h.budget.take(time.Now()); ok {
-			h.log.WarnContext(c.Request.Context(), "admin: authentication failed", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
-				"token_sent", got != "", "request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(),
-				"suppressed_4xx_lines", n)
-		}
-		c.Header("WWW-Authenticate", `Bearer realm="stock-admin"`)
-		_ = c.Error(errUnauthorized)
-		c.Abort()
+	if got, ok := bearer(c.GetHeader("Authorization")); !ok || !tokenIs(got, h.adminToken) {
+		h.refuse(c, "admin", got, errUnauthorized)
 		return
 	}
 	c.Next()
@@ -101,19 +93,24 @@ func (h *Handler) payment(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	got, ok := bearer(c.GetHeader("Authorization"))
-	if !ok || !(tokenIs(got, h.paymentToken) || tokenIs(got, h.adminToken)) {
-		if ok, n := h.budget.take(time.Now()); ok {
-			h.log.WarnContext(c.Request.Context(), "payment: authentication failed", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
-				"token_sent", got != "", "request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(),
-				"suppressed_4xx_lines", n)
-		}
-		c.Header("WWW-Authenticate", `Bearer realm="stock-payment"`)
-		_ = c.Error(errPaymentUnauthorized)
-		c.Abort()
+	if got, ok := bearer(c.GetHeader("Authorization")); !ok || !(tokenIs(got, h.paymentToken) || tokenIs(got, h.adminToken)) {
+		h.refuse(c, "payment", got, errPaymentUnauthorized)
 		return
 	}
 	c.Next()
+}
+
+// refuse answers a failed authentication of realm ("admin", "payment") with
+// err (a 401) and its WWW-Authenticate, logged within the 4xx log budget.
+func (h *Handler) refuse(c *gin.Context, realm, got string, err error) {
+	if ok, n := h.budget.take(time.Now()); ok {
+		h.log.WarnContext(c.Request.Context(), realm+": authentication failed", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
+			"token_sent", got != "", "request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(),
+			"suppressed_4xx_lines", n)
+	}
+	c.Header("WWW-Authenticate", `Bearer realm="stock-`+realm+`"`)
+	_ = c.Error(err)
+	c.Abort()
 }
 
 // tokenIs reports whether got is want, a configured (non-empty) token,

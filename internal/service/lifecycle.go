@@ -46,6 +46,7 @@ func (d Deadline) MarshalJSON() ([]byte, error) {
 // Op is a transition asked of an order.
 type Op int
 
+// The ops.
 const (
 	OpConfirm Op = iota // the payment arrived
 	OpCancel            // the buyer (or the admin) gave the order up

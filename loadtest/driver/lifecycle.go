@@ -153,8 +153,11 @@ func (l *lifeRun) setup(ctx context.Context) error {
 	body, _ := json.Marshal(map[string]int64{"available": l.cfg.Stock, "per_buyer_limit": l.cfg.PerBuyerLimit,
 		"payment_window_seconds": int64(l.cfg.Window)})
 	status, out, err := l.r.do(ctx, http.MethodPut, l.cfg.URLs[0]+"/v1/admin/stock/"+l.sku, body, l.r.adminHeaders())
-	if err != nil || status != http.StatusOK {
-		return fmt.Errorf("driver: lifecycle: PUT stock: %d %s %v", status, clip(out), err)
+	if err != nil {
+		return fmt.Errorf("driver: lifecycle: PUT stock: %w", err)
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("driver: lifecycle: PUT stock: %d %s", status, clip(out))
 	}
 	return nil
 }
@@ -221,14 +224,14 @@ func (l *lifeRun) buyer(ctx context.Context, j int, fates *sync.WaitGroup) {
 // tenth), or confirm, early or up to a quarter of the window late.
 func (l *lifeRun) fate(ctx context.Context, j int, id int64, buyerAuth string) {
 	w := time.Duration(l.cfg.Window) * time.Second
-	op, auth, wait := "confirm", "Bearer "+l.cfg.PaymentToken, time.Duration(mrand.Int64N(int64(w*5/4)))
+	op, auth, wait := "confirm", "Bearer "+l.cfg.PaymentToken, time.Duration(mrand.Int64N(int64(w*5/4))) //nolint:gosec // G404: a buyer's whim, not a secret
 	switch {
 	case l.cfg.AllConfirm:
 		wait = 0
 	case j%3 == 0:
 		return
 	case j%10 == 1:
-		op, auth, wait = "cancel", buyerAuth, time.Duration(mrand.Int64N(int64(w/2)))
+		op, auth, wait = "cancel", buyerAuth, time.Duration(mrand.Int64N(int64(w/2))) //nolint:gosec // G404: a buyer's whim, not a secret
 	}
 	time.Sleep(wait)
 	u := fmt.Sprintf("%s/v1/orders/%d/%s", l.cfg.URLs[j%len(l.cfg.URLs)], id, op)

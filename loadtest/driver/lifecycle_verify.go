@@ -29,22 +29,7 @@ func (l *lifeRun) read(ctx context.Context, db *mysqlCheck) (*lifeRows, error) {
 		Scan(&rows.available, &rows.reserved, &rows.sold, &rows.stocked); err != nil {
 		return nil, err
 	}
-	q, err := tx.QueryContext(ctx, "SELECT id, status, quantity FROM orders WHERE sku = ?", l.sku)
-	if err != nil {
-		return nil, err
-	}
-	for q.Next() {
-		var id, n int64
-		var st string
-		if err := q.Scan(&id, &st, &n); err != nil {
-			_ = q.Close()
-			return nil, err
-		}
-		rows.status[id] = st
-		rows.units[st] += n
-	}
-	_ = q.Close()
-	if err := q.Err(); err != nil {
+	if err := l.readOrders(ctx, tx, rows); err != nil {
 		return nil, err
 	}
 	err = tx.QueryRowContext(ctx, `SELECT
@@ -58,6 +43,25 @@ func (l *lifeRun) read(ctx context.Context, db *mysqlCheck) (*lifeRows, error) {
 		l.sku, l.sku, l.sku, l.sku, l.cfg.PerBuyerLimit, l.cfg.PerBuyerLimit).
 		Scan(&rows.badReturns, &rows.returnRows, &rows.returned, &rows.overLimit)
 	return rows, err
+}
+
+// readOrders fills rows' statuses and units per status from the orders.
+func (l *lifeRun) readOrders(ctx context.Context, tx *sql.Tx, rows *lifeRows) error {
+	q, err := tx.QueryContext(ctx, "SELECT id, status, quantity FROM orders WHERE sku = ?", l.sku)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = q.Close() }()
+	for q.Next() {
+		var id, n int64
+		var st string
+		if err := q.Scan(&id, &st, &n); err != nil {
+			return err
+		}
+		rows.status[id] = st
+		rows.units[st] += n
+	}
+	return q.Err()
 }
 
 func (l *lifeRun) check(name string, ok, oversell bool, format string, args ...any) {

@@ -316,7 +316,7 @@ func contractConcurrentTransitions(t *testing.T, s ContractStore) {
 	for i, o := range os {
 		for _, op := range []service.Op{service.OpConfirm, service.OpCancel} {
 			wg.Go(func() {
-				time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond) // some before the deadline, some after
+				time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond) //nolint:gosec // G404: jitter around the deadline, not a secret
 				out, err := s.Transition(context.Background(), service.Transition{ID: o.ID, Op: op, Buyer: o.Buyer})
 				mu.Lock()
 				answers[i] = append(answers[i], answer{op, out, err})
