@@ -33,14 +33,14 @@ func (l *lifeRun) read(ctx context.Context, db *mysqlCheck) (*lifeRows, error) {
 		return nil, err
 	}
 	err = tx.QueryRowContext(ctx, `SELECT
-		(SELECT COUNT(*) FROM orders o WHERE o.sku = ? AND
-			(SELECT COUNT(*) FROM stock_ledger r WHERE r.order_id = o.id AND r.kind = 'return' AND r.delta = o.quantity)
-			<> IF(o.status IN ('cancelled', 'expired'), 1, 0)),
+		(SELECT COUNT(*) FROM orders o LEFT JOIN (SELECT order_id, COUNT(*) AS n, SUM(delta) AS d FROM stock_ledger
+			WHERE sku = ? AND kind = 'return' GROUP BY order_id) r ON r.order_id = o.id WHERE o.sku = ? AND
+			IF(o.status IN ('cancelled', 'expired'), r.n IS NULL OR r.n <> 1 OR r.d <> o.quantity, r.n IS NOT NULL)),
 		(SELECT COUNT(*) FROM stock_ledger WHERE sku = ? AND kind = 'return'),
 		(SELECT COALESCE(SUM(delta), 0) FROM stock_ledger WHERE sku = ? AND kind = 'return'),
 		(SELECT COUNT(*) FROM (SELECT buyer FROM orders WHERE sku = ? AND status IN ('reserved', 'confirmed')
 			GROUP BY buyer HAVING ? > 0 AND SUM(quantity) > ?) h)`,
-		l.sku, l.sku, l.sku, l.sku, l.cfg.PerBuyerLimit, l.cfg.PerBuyerLimit).
+		l.sku, l.sku, l.sku, l.sku, l.sku, l.cfg.PerBuyerLimit, l.cfg.PerBuyerLimit).
 		Scan(&rows.badReturns, &rows.returnRows, &rows.returned, &rows.overLimit)
 	return rows, err
 }
