@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
@@ -99,36 +104,94 @@ func lifeNote(res *driver.LifecycleResult) string {
 		res.UnitsReturned, res.LateConfirms, res.MaxSweepLag)
 }
 
-// openSweeps counts the sweep transactions holding orders locked right
-// now, open for at least olderThan (a sweep holds its rows for the rig's
-// sweep delay: one open longer belongs to a stopped process).
-func (r *rig) openSweeps(ctx context.Context, olderThan time.Duration) int {
+// openSweeps counts in's transactions that hold orders locked under READ
+// COMMITTED (the lifecycle's: a sweep, or a confirm or cancel) right now,
+// found by the local ports of its MySQL connections.
+func (r *rig) openSweeps(ctx context.Context, in *fleet.Instance) int {
+	ports, err := mysqlPorts(in.PID(), r.dsn)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(ports) == 0 {
+		return 0
+	}
 	var n int
-	_ = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.innodb_trx
-		WHERE trx_rows_locked > 0 AND trx_isolation_level = 'READ COMMITTED'
-		AND trx_started <= NOW() - INTERVAL ? MICROSECOND`, olderThan.Microseconds()).Scan(&n)
+	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.innodb_trx t
+		JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+		WHERE t.trx_rows_locked > 0 AND t.trx_isolation_level = 'READ COMMITTED'
+		AND FIND_IN_SET(SUBSTRING_INDEX(p.host, ':', -1), ?)`, strings.Join(ports, ",")).Scan(&n)
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	return n
 }
 
-// stopMidSweep SIGSTOPs victim at a moment it holds a sweep transaction
-// open: it stops it, and if after twice the sweep delay no sweep has been
-// open that long, resumes it and tries again (up to 20 times). It returns
-// how many tries it took; the victim is left stopped.
+// mysqlPorts is the local ports of pid's TCP connections to the MySQL
+// server of dsn: its socket inodes (/proc/<pid>/fd) looked up in the
+// kernel's table of TCP sockets (/proc/net/tcp).
+func mysqlPorts(pid int, dsn string) ([]string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := strings.Cut(cfg.Addr, ":")
+	want, _ := strconv.Atoi(port)
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if ino, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return nil, err
+	}
+	var ports []string
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 10 || !inodes[f[9]] {
+			continue
+		}
+		local, remote := hexPort(f[1]), hexPort(f[2])
+		if remote == want {
+			ports = append(ports, strconv.Itoa(local))
+		}
+	}
+	return ports, nil
+}
+
+// hexPort is the port of /proc/net/tcp's "0100007F:0CEA".
+func hexPort(addr string) int {
+	_, h, _ := strings.Cut(addr, ":")
+	p, _ := strconv.ParseInt(h, 16, 32)
+	return int(p)
+}
+
+// stopMidSweep SIGSTOPs victim at a moment it holds a lifecycle
+// transaction open with orders locked (with the rig's sweep delay, almost
+// always a sweep): it stops it, and unless it finds one, resumes it and
+// tries again (up to 40 times). It returns how many tries it took; the
+// victim is left stopped.
 func (r *rig) stopMidSweep(ctx context.Context, victim *fleet.Instance, sweepDelay time.Duration) int {
-	for try := 1; try <= 20; try++ {
+	for try := 1; try <= 40; try++ {
 		if err := victim.Signal(syscall.SIGSTOP); err != nil {
 			r.t.Fatal(err)
 		}
-		time.Sleep(2 * sweepDelay)
-		if r.openSweeps(ctx, 3*sweepDelay/2) > 0 {
+		time.Sleep(50 * time.Millisecond) // its in-flight statements reach MySQL
+		if r.openSweeps(ctx, victim) > 0 {
 			return try
 		}
 		if err := victim.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatal(err)
 		}
-		time.Sleep(time.Duration(try*37%100) * time.Millisecond)
+		time.Sleep(time.Duration(try*37%100)*time.Millisecond + sweepDelay/4)
 	}
-	r.t.Fatalf("%s never stopped inside a sweep in 20 tries", describe(victim))
+	r.t.Fatalf("%s never stopped inside a sweep in 40 tries", describe(victim))
 	return 0
 }
 
@@ -145,21 +208,30 @@ func (r *rig) waitOverdue(ctx context.Context) {
 	r.t.Fatalf("no reservation went past its deadline")
 }
 
-// 15. An instance SIGKILLed in the middle of a sweep: its transaction dies
-// with it (rolled back), the orders it held stay reserved, and the other
-// instances' sweepers expire them, once.
-func killMidSweep(t *testing.T, row *Row) {
+// stoppedInSweep starts the lifecycle load on a rig sweeping 300ms a
+// transaction, waits for overdue reservations and SIGSTOPs instance i
+// inside a sweep transaction. It returns the rig, the load, the victim and
+// the tries it took.
+func stoppedInSweep(t *testing.T, i int, d time.Duration) (*rig, <-chan lifeOutcome, *fleet.Instance, int) {
+	t.Helper()
 	ctx := ctxFor(t, 3*time.Minute)
 	r := lifeRig(t, rigConfig{}, 300*time.Millisecond)
 	var seen []lifeAnswer
 	var mu sync.Mutex
-	out := r.lifeLoad(ctx, 150, 8*time.Second, &seen, &mu)
+	out := r.lifeLoad(ctx, 150, d, &seen, &mu)
 	r.waitOverdue(ctx)
-	victim := r.fleet.Instances[1]
-	tries := r.stopMidSweep(ctx, victim, 300*time.Millisecond)
+	victim := r.fleet.Instances[i]
+	return r, out, victim, r.stopMidSweep(ctx, victim, 300*time.Millisecond)
+}
+
+// 15. An instance SIGKILLed in the middle of a sweep: its transaction dies
+// with it (rolled back), the orders it held stay reserved, and the other
+// instances' sweepers expire them, once.
+func killMidSweep(t *testing.T, row *Row) {
+	r, out, victim, tries := stoppedInSweep(t, 1, 8*time.Second)
 	victim.Kill()
 	res := r.lifeWait(out, row)
-	row.Note = fmt.Sprintf("%s stopped inside a sweep transaction (try %d), then SIGKILLed; ", describe(victim), tries) + lifeNote(res)
+	row.Note = fmt.Sprintf("%s stopped inside a lifecycle transaction holding orders (try %d), then SIGKILLed; ", describe(victim), tries) + lifeNote(res)
 	if res.ByStatus["expired"] == 0 {
 		t.Errorf("no order expired; want the sweepers to have worked")
 	}
@@ -170,22 +242,15 @@ func killMidSweep(t *testing.T, row *Row) {
 // rest; after the resume its transaction commits, and nothing is returned
 // twice.
 func stopSweeper(t *testing.T, row *Row) {
-	ctx := ctxFor(t, 3*time.Minute)
-	r := lifeRig(t, rigConfig{}, 300*time.Millisecond)
-	var seen []lifeAnswer
-	var mu sync.Mutex
-	out := r.lifeLoad(ctx, 150, 10*time.Second, &seen, &mu)
-	r.waitOverdue(ctx)
-	victim := r.fleet.Instances[2]
-	tries := r.stopMidSweep(ctx, victim, 300*time.Millisecond)
+	r, out, victim, tries := stoppedInSweep(t, 2, 10*time.Second)
 	time.Sleep(3 * lifeWindow * time.Second)
-	held := r.openSweeps(ctx, 3*lifeWindow*time.Second)
+	held := r.openSweeps(context.Background(), victim)
 	if err := victim.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	res := r.lifeWait(out, row)
-	row.Note = fmt.Sprintf("%s SIGSTOPped inside a sweep transaction (try %d) for %ds, its orders locked all along (%d such transactions "+
-		"just before the resume), then resumed; ", describe(victim), tries, 3*lifeWindow, held) + lifeNote(res)
+	row.Note = fmt.Sprintf("%s SIGSTOPped inside a lifecycle transaction (try %d) for %ds, its orders locked all along (%d of its transactions "+
+		"open just before the resume), then resumed; ", describe(victim), tries, 3*lifeWindow, held) + lifeNote(res)
 	if held == 0 {
 		t.Errorf("the stopped sweeper's transaction was not open at the resume")
 	}
