@@ -234,6 +234,7 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 	hcfg := handler.Config{
 		AdminToken:   cfg.AdminToken,
 		PaymentToken: cfg.PaymentToken,
+		CORSOrigins:  cfg.CORSOrigins,
 		MaxBody:      cfg.MaxBody,
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: a.Store.Ping},

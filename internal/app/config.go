@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -145,6 +146,10 @@ type Config struct {
 	// IPs or CIDRs of the proxies whose `X-Forwarded-For` is believed; empty
 	// = the client IP is the TCP peer.
 	TrustedProxies []string `env:"STOCK_TRUSTED_PROXIES"`
+	// Origins (`https://shop.example`, comma list) whose pages may call the
+	// order, order-read and stock routes from a browser (CORS); empty = no
+	// CORS headers at all. The admin routes and confirm are never open.
+	CORSOrigins []string `env:"STOCK_CORS_ORIGINS"`
 	// HS256 secret of the buyers' tokens, at least 32 bytes; `serve` needs
 	// it or `STOCK_JWT_PUBLIC_KEY_FILE`.
 	JWTSecret string `env:"STOCK_JWT_SECRET"`
@@ -305,6 +310,20 @@ func (p *checker) lists(c *Config) {
 		}
 	}
 	c.TrustedProxies = proxies
+	for i, o := range c.CORSOrigins {
+		c.CORSOrigins[i] = strings.TrimSpace(o)
+		if !validOrigin(c.CORSOrigins[i]) {
+			p.fail("STOCK_CORS_ORIGINS", fmt.Sprintf("%q is not an origin; want scheme://host[:port] (http or https, no path, never *)", o))
+		}
+	}
+}
+
+// validOrigin reports whether o is an http(s) origin: a scheme and a host
+// (with a port, maybe), and nothing else.
+func validOrigin(o string) bool {
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && !strings.Contains(u.Host, "*") &&
+		u.Path == "" && u.RawQuery == "" && u.Fragment == "" && u.User == nil && u.String() == o
 }
 
 // settings checks what depends on more than one value: the strategy, the

@@ -38,6 +38,12 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"STOCK_REDLOCK_ADDRS", "a:1,,b:2"},
 		{"STOCK_REDLOCK_NODE_TIMEOUT", "fast"},
 		{"STOCK_REDLOCK_NODE_TIMEOUT", "0"},
+		{"STOCK_CORS_ORIGINS", "*"},
+		{"STOCK_CORS_ORIGINS", "https://*.shop.example"},
+		{"STOCK_CORS_ORIGINS", "https://shop.example/app"},
+		{"STOCK_CORS_ORIGINS", "shop.example"},
+		{"STOCK_CORS_ORIGINS", "ftp://shop.example"},
+		{"STOCK_EXPIRY_INTERVAL", "0"},
 	} {
 		_, err := app.ParseEnv(env(map[string]string{c.name: c.value}))
 		if err == nil || !strings.Contains(err.Error(), c.name) {
@@ -54,8 +60,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		t.Fatalf("defaults = %+v; want the README's documented defaults", cfg)
 	}
 	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
-		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2"}))
-	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis() || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" {
+		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2", "STOCK_CORS_ORIGINS": "https://shop.example, http://localhost:3000"}))
+	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis() || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" ||
+		len(cfg.CORSOrigins) != 2 || cfg.CORSOrigins[1] != "http://localhost:3000" {
 		t.Fatalf("app.ParseEnv = %+v, %v", cfg, err)
 	}
 }

@@ -81,6 +81,7 @@ type instanceOpts struct {
 	payment    string
 	expiry     time.Duration
 	soldOutTTL time.Duration
+	cors       []string // STOCK_CORS_ORIGINS
 }
 
 // instance is one whole server (app.New, as cmd/stock builds it) over a
@@ -118,6 +119,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 		cfg.AdminToken = ""
 	}
 	cfg.PaymentToken = o.payment
+	cfg.CORSOrigins = o.cors
 	if o.expiry != 0 {
 		cfg.ExpiryInterval = o.expiry
 	}

@@ -21,7 +21,7 @@ import (
 func docHandler(t *testing.T) http.Handler {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	h, err := handler.New(handler.Config{AdminToken: adminToken, ServeMetrics: true}, nil, nil, metrics.New(reg), reg)
+	h, err := handler.New(handler.Config{AdminToken: adminToken, ServeMetrics: true, CORSOrigins: []string{"https://shop.example"}}, nil, nil, metrics.New(reg), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,7 @@ var problems = []kind{
 	{err: errInvalidToken, status: http.StatusUnauthorized, kind: "invalid-token", title: "A valid buyer bearer token is required"},
 	{err: errUnauthorized, status: http.StatusUnauthorized, kind: "unauthorized", title: "Admin token missing or wrong"},
 	{err: errAdminDisabled, status: http.StatusForbidden, kind: "admin-disabled", title: "The admin API is disabled"},
+	{err: errCORSRefused, status: http.StatusForbidden, kind: "cors-origin-refused", title: "This origin may not call the API from a browser"},
 	{err: errPaymentUnauthorized, status: http.StatusUnauthorized, kind: "payment-unauthorized", title: "Payment or admin token missing or wrong"},
 	{err: errPaymentDisabled, status: http.StatusForbidden, kind: "payment-disabled", title: "Confirming payments is disabled"},
 	{err: errRouteNotFound, status: http.StatusNotFound, kind: "not-found", title: "No such resource"},

@@ -34,6 +34,10 @@ type Service interface {
 // Config configures the handler.
 type Config struct {
 	AdminToken string // empty: admin API off (403)
+	// CORSOrigins are the origins (scheme://host[:port]) whose pages may call
+	// the browser routes (orders, an order, its cancel, the stock); none:
+	// no CORS headers at all.
+	CORSOrigins []string
 	// PaymentToken is the payment service's bearer token for confirm (the
 	// admin token is accepted too); with neither set, confirm is off (403).
 	PaymentToken string
@@ -115,6 +119,9 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		r.Use(traced(cfg.TracerProvider, prop))
 	}
 	r.Use(observe(m, log, budget), recovery(log), problemMiddleware(log), inflight(cfg.MaxInflight))
+	if mw := corsFor(cfg.CORSOrigins); mw != nil {
+		r.Use(mw) // before the rate limits, so a 429 reaches the page too
+	}
 
 	h.routes(r, cfg, gatherer, spec)
 	r.NoRoute(func(c *gin.Context) { _ = c.Error(errRouteNotFound) })
@@ -157,6 +164,18 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	get(r, "/readyz", h.readyz)
 	if cfg.ServeMetrics {
 		get(r, "/metrics", MetricsHandler(gatherer))
+	}
+	if len(cfg.CORSOrigins) > 0 {
+		for _, p := range browserRoutes {
+			allow := "GET, HEAD"
+			if p != "/v1/orders/:id" && p != "/v1/stock/:sku" {
+				allow = "POST"
+				if p == "/v1/orders" {
+					allow = "GET, HEAD, POST"
+				}
+			}
+			r.OPTIONS(p, preflight(allow+", OPTIONS"))
+		}
 	}
 	get(r, "/openapi.yaml", serveDocument("application/yaml", openapiYAML))
 	get(r, "/openapi.json", serveDocument("application/json", spec))
