@@ -4,7 +4,7 @@ export CGO_ENABLED ?= 1
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help test unit vet lint fuzz flake-check build run bench chaos k6-check compose-check \
+.PHONY: help test unit vet lint fuzz flake-check build run bench chaos api-check k6-check compose-check \
 	demo demo-throughput demo-lifecycle demo-gates demo-wrk profile
 
 help: ## list the targets
@@ -67,6 +67,9 @@ chaos: ## the whole fault matrix and the bots scenario; docs/results/chaos.md (m
 	STOCK_CHAOS=full STOCK_CHAOS_REPORT=$(CURDIR)/docs/results/chaos.md.new \
 		$(GO) test -race -count=1 -timeout 20m -run '^(TestChaos|TestBots)$$' ./loadtest/chaos; \
 		status=$$?; if [ -s docs/results/chaos.md.new ]; then mv docs/results/chaos.md.new docs/results/chaos.md; cat docs/results/chaos.md; fi; exit $$status
+
+api-check: ## lint the OpenAPI document with Spectral (spectral:oas and the OWASP API Security ruleset, pinned); not yet in make test
+	cd tools/spectral && npm ci --no-audit --no-fund && npm run check
 
 k6-check: ## type-check the k6 scripts against @types/k6 (no k6 needed)
 	cd loadtest/k6 && npm ci --no-audit --no-fund && npm run check
