@@ -276,9 +276,14 @@ func FuzzRouter(f *testing.F) {
 	f.Add("post", "/v1/orders", "Idempotency-Key", "k", `{"sku":"A","quantity":2147483648}`)
 	f.Add("DELETE", "/v1/stock/%zz", "Content-Type", "text/plain", `x`)
 	f.Add("GET", "/v1/admin/stock/A/audit", "Authorization", "Bearer admin-secret", ``)
+	f.Add("OPTIONS", "/v1/orders", "Origin", fuzzOrigin, ``)
+	f.Add("OPTIONS", "/v1/admin/stock/A", "Origin", fuzzOrigin, ``)
+	f.Add("OPTIONS", "/v1/orders/7/cancel", "Origin", "https://evil.example", ``)
+	f.Add("POST", "/v1/orders", "Origin", fuzzOrigin, `{"sku":"SKU-1","quantity":1}`)
+	f.Add("PUT", "/v1/admin/stock/SKU-1", "Origin", fuzzOrigin, `{"available":5}`)
 	var writes atomic.Int64
 	reg := prometheus.NewRegistry()
-	h, err := New(Config{AdminToken: "admin-secret", ServeMetrics: true, Tokens: fakeTokens{}}, recording{acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)}, &writes},
+	h, err := New(Config{AdminToken: "admin-secret", ServeMetrics: true, Tokens: fakeTokens{}, CORSOrigins: []string{fuzzOrigin}}, recording{acceptAll{svc: service.New(service.Config{}, nil, nil, nil, nil)}, &writes},
 		slog.New(slog.DiscardHandler), metrics.New(reg), reg)
 	if err != nil {
 		f.Fatal(err)
@@ -300,6 +305,12 @@ func FuzzRouter(f *testing.F) {
 		before := writes.Load()
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
+		if o := rec.Header().Get("Access-Control-Allow-Origin"); o != "" && (o != fuzzOrigin || !slices.Contains(browserRoutes, routeOf(path))) {
+			t.Fatalf("%s %s (%s: %q) answered Access-Control-Allow-Origin %q; want only %s, on the browser routes", method, path, hk, hv, o, fuzzOrigin)
+		}
+		if rec.Header().Get("Access-Control-Allow-Credentials") != "" {
+			t.Fatalf("%s %s answered Access-Control-Allow-Credentials; want never", method, path)
+		}
 		switch {
 		case rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable:
 			t.Fatalf("%s %s (%s: %q) %q = %d %s", method, path, hk, hv, body, rec.Code, rec.Body)
@@ -322,6 +333,25 @@ func FuzzRouter(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzOrigin is FuzzRouter's one CORS origin.
+const fuzzOrigin = "https://shop.example"
+
+// routeOf is the browser route pattern path matches, or "".
+func routeOf(path string) string {
+	parts := strings.Split(strings.TrimSuffix(path, "/"), "/")
+	switch {
+	case path == "/v1/orders":
+		return "/v1/orders"
+	case len(parts) == 4 && parts[1] == "v1" && parts[2] == "orders":
+		return "/v1/orders/:id"
+	case len(parts) == 5 && parts[1] == "v1" && parts[2] == "orders" && parts[4] == "cancel":
+		return "/v1/orders/:id/cancel"
+	case len(parts) == 4 && parts[1] == "v1" && parts[2] == "stock":
+		return "/v1/stock/:sku"
+	}
+	return ""
 }
 
 // httpguts reports a header name a client can send (a token, or empty).
