@@ -161,7 +161,11 @@ func TestLifecycleAnswers(t *testing.T) {
 		t.Fatalf("order after a late confirm = %+v; want expired, expires_at kept", got)
 	}
 	wantAnswer(t, "cancel past the deadline", in.cancel(t, gone.ID, testBuyer), 409, "order-expired")
-	wantAnswer(t, "confirm of an expired order", in.confirm(t, gone.ID, bearerOf(paymentToken), ""), 409, "order-expired")
+	c = in.confirm(t, gone.ID, bearerOf(paymentToken), "")
+	wantAnswer(t, "confirm of an expired order", c, 409, "order-expired")
+	if !strings.Contains(string(c.body), "refunded") {
+		t.Fatalf("confirm of an order expired before = %s; want a detail saying the payment must be refunded", c.body)
+	}
 	if rp := in.order(t, "lx-1", "LX", 1); rp.status != http.StatusOK || rp.lifecycleOrder(t).Status != service.StatusExpired {
 		t.Fatalf("replay of an expired order's key = %d %s; want 200, the expired order", rp.status, rp.body)
 	}

@@ -138,8 +138,12 @@ func (s *Service) Confirm(ctx context.Context, id int64, paymentRef string) (Ord
 		return Order{}, fmt.Errorf("%w: payment_ref must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
 	}
 	o, err := s.transition(ctx, Transition{ID: id, Op: OpConfirm, PaymentRef: paymentRef})
-	if errors.Is(err, ErrOrderExpired) {
-		err = fmt.Errorf("%w; the payment must be refunded", err)
+	if errors.Is(err, ErrOrderExpired) { // expired now or before: either way the payment came too late
+		when := ""
+		if o.ExpiresAt != nil {
+			when = " at " + o.ExpiresAt.UTC().Format(time.RFC3339Nano)
+		}
+		err = fmt.Errorf("%w: its payment window ended%s; the payment must be refunded", ErrOrderExpired, when)
 	}
 	return o, err
 }
