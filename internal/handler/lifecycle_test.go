@@ -203,11 +203,14 @@ func TestUnpaidReservationsExpire(t *testing.T) {
 	if r := in.order(t, "sw-3", "SW", 1); r.status != http.StatusCreated {
 		t.Fatalf("an order after the expiry = %d %s; want the returned unit sold", r.status, r.body)
 	}
-	if n := testutil.ToFloat64(in.metrics.Transitions.WithLabelValues("expired", "expire")); n != 1 {
-		t.Fatalf("stock_order_transitions_total{to=expired,cause=expire} = %v; want 1", n)
-	}
-	if a := in.audit(t, "SW"); !a.Consistent || a.OrdersByStatus["expired"] != 1 || a.LedgerReturned != 1 {
-		t.Fatalf("audit = %+v", a)
+	// sw-3 expires a second later in its turn (on a slow box, maybe before
+	// the audit). A sweep commits, then counts: the metric read before the
+	// audit is at most what the audit sees.
+	counted := testutil.ToFloat64(in.metrics.Transitions.WithLabelValues("expired", "expire"))
+	a := in.audit(t, "SW")
+	if n := a.OrdersByStatus["expired"]; !a.Consistent || counted < 1 || float64(n) < counted || a.LedgerReturned != n {
+		t.Fatalf("audit = %+v after stock_order_transitions_total{to=expired,cause=expire} %v; want consistent, "+
+			"the sweep counted, one unit returned per expired order", a, counted)
 	}
 }
 
