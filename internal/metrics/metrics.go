@@ -30,62 +30,83 @@ type Metrics struct {
 
 // New registers the metrics on reg, with the Go and process collectors.
 func New(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_http_requests_total", Help: "HTTP requests by route, method and status.",
-		}, []string{"route", "method", "status"}),
-		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "stock_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"route", "method"}),
-		Orders: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_orders_total", Help: "Order requests by result.",
-		}, []string{"result"}),
-		LockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "stock_lock_wait_seconds", Help: "Time spent waiting for the SKU lock, by result.",
-			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"result"}),
-		LockHeld: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "stock_lock_held_seconds", Help: "Time the SKU lock was held.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-		}),
-		LockResults: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_lock_results_total", Help: "SKU lock outcomes: acquired, timeout, lost, error.",
-		}, []string{"result"}),
-		Renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_lock_renewals_total", Help: "Watchdog renewals by result: renewed, lost (per hold), failed (per script call).",
-		}, []string{"result"}),
-		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_backstop_conflicts_total", Help: "Versioned UPDATEs that matched no row (0 under a healthy lock).",
-		}, []string{"strategy"}),
-		DBOnly: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stock_db_only_orders_total", Help: "Order attempts sent down the DB-only path because Redis was unreachable.",
-		}),
-		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "stock_lock_batch_orders", Help: "Orders of one SKU served per lock acquisition (lock+version request combining).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
-		}),
-		RateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_rate_limit_total", Help: "Rate limit decisions: allowed, limited, failed_open and failed_closed (Redis could not be asked).",
-		}, []string{"result"}),
-		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_order_transitions_total", Help: "Orders moved out of reserved, by the status they reached and the cause (confirm, cancel, expire).",
-		}, []string{"to", "cause"}),
-		Returned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stock_units_returned_total", Help: "Units given back to available by cancelled or expired orders, by cause.",
-		}, []string{"cause"}),
-		TransitionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "stock_order_transition_seconds", Help: "Latency of confirm and cancel, by op and outcome.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"op", "outcome"}),
-		SweepLag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "stock_expiry_lag_seconds", Help: "Age past its deadline of the oldest reserved order not yet expired, at the last sweep (0: none overdue).",
-		}),
-	}
+	m := &Metrics{}
+	m.newOrderPath()
+	m.newLock()
+	m.newLifecycle()
 	reg.MustRegister(m.Requests, m.RequestDuration, m.Orders, m.LockWait, m.LockHeld, m.LockResults,
 		m.Renewals, m.Conflicts, m.DBOnly, m.BatchSize, m.RateLimits,
 		m.Transitions, m.Returned, m.TransitionTime, m.SweepLag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.zeroSeries()
+	return m
+}
+
+// newOrderPath makes the collectors of the HTTP edge and the order path.
+func (m *Metrics) newOrderPath() {
+	m.Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_http_requests_total", Help: "HTTP requests by route, method and status.",
+	}, []string{"route", "method", "status"})
+	m.RequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "stock_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"route", "method"})
+	m.Orders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_orders_total", Help: "Order requests by result.",
+	}, []string{"result"})
+	m.RateLimits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_rate_limit_total", Help: "Rate limit decisions: allowed, limited, failed_open and failed_closed (Redis could not be asked).",
+	}, []string{"result"})
+	m.DBOnly = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stock_db_only_orders_total", Help: "Order attempts sent down the DB-only path because Redis was unreachable.",
+	})
+	m.Conflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_backstop_conflicts_total", Help: "Versioned UPDATEs that matched no row (0 under a healthy lock).",
+	}, []string{"strategy"})
+}
+
+// newLock makes the SKU lock's collectors.
+func (m *Metrics) newLock() {
+	m.LockWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "stock_lock_wait_seconds", Help: "Time spent waiting for the SKU lock, by result.",
+		Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"result"})
+	m.LockHeld = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "stock_lock_held_seconds", Help: "Time the SKU lock was held.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
+	m.LockResults = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_lock_results_total", Help: "SKU lock outcomes: acquired, timeout, lost, error.",
+	}, []string{"result"})
+	m.Renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_lock_renewals_total", Help: "Watchdog renewals by result: renewed, lost (per hold), failed (per script call).",
+	}, []string{"result"})
+	m.BatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "stock_lock_batch_orders", Help: "Orders of one SKU served per lock acquisition (lock+version request combining).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+	})
+}
+
+// newLifecycle makes the order lifecycle's collectors.
+func (m *Metrics) newLifecycle() {
+	m.Transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_order_transitions_total", Help: "Orders moved out of reserved, by the status they reached and the cause (confirm, cancel, expire).",
+	}, []string{"to", "cause"})
+	m.Returned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_units_returned_total", Help: "Units given back to available by cancelled or expired orders, by cause.",
+	}, []string{"cause"})
+	m.TransitionTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "stock_order_transition_seconds", Help: "Latency of confirm and cancel, by op and outcome.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"op", "outcome"})
+	m.SweepLag = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "stock_expiry_lag_seconds", Help: "Age past its deadline of the oldest reserved order not yet expired, at the last sweep (0: none overdue).",
+	})
+}
+
+// zeroSeries creates the series of every known label value, so that they
+// are exported (and an alert on their rate sees 0) before the first event.
+func (m *Metrics) zeroSeries() {
 	for _, r := range []string{"created", "replayed", "sold_out", "limit_exceeded", "busy", "rejected", "lock_lost", "error"} {
 		m.Orders.WithLabelValues(r)
 	}
@@ -107,7 +128,6 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, op := range []string{"confirm", "cancel"} {
 		m.TransitionTime.WithLabelValues(op, "ok")
 	}
-	return m
 }
 
 // CountTransitions counts n orders that reached status to, by cause.
