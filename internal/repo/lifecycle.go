@@ -18,9 +18,10 @@ import (
 
 // The order lifecycle's writes. Each runs READ COMMITTED: its locking reads
 // lock the order rows they return and no gaps, so a sweep never blocks the
-// INSERT of a new order. Locks are taken in the order the order path takes
-// them (buyer_purchases, then stock), orders first, so a transition and an
-// order wait on each other at most, never deadlock in a cycle of their own.
+// INSERT of a new order. Locks are taken orders first, then purchase rows
+// (in key order), then stock rows, as the order path takes the last two; a
+// batch takes its buyers' purchase rows in item order, so a deadlock with
+// it can happen: InnoDB rolls one back, and the caller retries (ErrBusy).
 var lifecycleTx = sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 // Transition applies t as service.Store.Transition says.
