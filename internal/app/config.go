@@ -50,7 +50,7 @@ type Config struct {
 	RedisPrefix string `env:"STOCK_REDIS_PREFIX"`
 	// Empty = admin API off (403).
 	AdminToken string `env:"STOCK_ADMIN_TOKEN"`
-	// The payment service's bearer token for `POST /v1/orders/{id}/confirm`
+	// The payment service's bearer token for `POST /v1/admin/orders/{id}/confirm`
 	// (the admin token works there too); with neither set, confirm is 403.
 	PaymentToken string `env:"STOCK_PAYMENT_TOKEN"`
 	// How often each instance expires reserved orders past their payment

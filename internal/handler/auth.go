@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"crypto/subtle"
 	"errors"
 	"time"
 
@@ -18,37 +17,30 @@ var errInvalidToken = errors.New("handler: missing or invalid bearer token")
 
 const buyerKey = "stock.buyer"
 
-// authBuyer requires a buyer's bearer token. With orAdmin, the admin token
-// is accepted too, as the caller who may read every buyer's orders (its
-// buyer is "", see buyer). A missing or bad token is 401 with
-// WWW-Authenticate: Bearer error="invalid_token"; nothing runs after it.
-func (h *Handler) authBuyer(orAdmin bool) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		tok, ok := bearer(c.GetHeader("Authorization"))
-		if ok && orAdmin && h.adminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(h.adminToken)) == 1 {
-			c.Set(buyerKey, "")
-			c.Next()
-			return
-		}
-		var buyer string
-		err := errInvalidToken
-		if ok && h.tokens != nil {
-			buyer, err = h.tokens.Verify(tok)
-		}
-		if err != nil {
-			if lok, n := h.budget.take(time.Now()); lok {
-				h.log.InfoContext(c.Request.Context(), "buyer authentication failed", "route", c.FullPath(), "reason", err.Error(),
-					"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(), "suppressed_4xx_lines", n)
-			}
-			c.Header("WWW-Authenticate", `Bearer realm="stock", error="invalid_token"`)
-			_ = c.Error(errInvalidToken)
-			c.Abort()
-			return
-		}
-		c.Set(buyerKey, buyer)
-		c.Next()
+// authBuyer requires a buyer's bearer token (only a buyer's: the admin
+// reads and cancels orders under /v1/admin). A missing or bad token is 401
+// with WWW-Authenticate: Bearer error="invalid_token"; nothing runs after it.
+func (h *Handler) authBuyer(c *gin.Context) {
+	tok, ok := bearer(c.GetHeader("Authorization"))
+	var buyer string
+	err := errInvalidToken
+	if ok && h.tokens != nil {
+		buyer, err = h.tokens.Verify(tok)
 	}
+	if err != nil {
+		if lok, n := h.budget.take(time.Now()); lok {
+			h.log.InfoContext(c.Request.Context(), "buyer authentication failed", "route", c.FullPath(), "reason", err.Error(),
+				"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP(), "suppressed_4xx_lines", n)
+		}
+		c.Header("WWW-Authenticate", `Bearer realm="stock", error="invalid_token"`)
+		_ = c.Error(errInvalidToken)
+		c.Abort()
+		return
+	}
+	c.Set(buyerKey, buyer)
+	c.Next()
 }
 
-// buyer is the authenticated caller: a buyer id, or "" for the admin.
+// buyer is the authenticated caller: a buyer id, or "" on the admin routes
+// (the admin may read and cancel every buyer's orders).
 func buyer(c *gin.Context) string { return c.GetString(buyerKey) }

@@ -162,14 +162,23 @@ func TestBuyersOwnTheirKeysAndOrders(t *testing.T) {
 		}
 		return do(t, "GET", fmt.Sprintf("%s/v1/orders/%d", in.url, id), map[string]string{"Authorization": auth}, "")
 	}
+	adminGet := func(auth string, id int64) reply {
+		return do(t, "GET", fmt.Sprintf("%s/v1/admin/orders/%d", in.url, id), map[string]string{"Authorization": auth}, "")
+	}
 	if r := get("alice", oa.ID); r.status != 200 {
 		t.Fatalf("alice reading her order = %d", r.status)
 	}
 	if r := get("bob", oa.ID); r.status != 404 || r.problemType() != "order-not-found" {
 		t.Fatalf("bob reading alice's order = %d %s; want 404 (not 403: ids tell nothing)", r.status, r.body)
 	}
-	if r := get("admin", oa.ID); r.status != 200 {
+	if r := get("admin", oa.ID); r.status != 401 || r.problemType() != "invalid-token" {
+		t.Fatalf("the admin token on a buyer's route = %d %s; want 401 invalid-token (the admin reads under /v1/admin)", r.status, r.body)
+	}
+	if r := adminGet("Bearer "+adminToken, oa.ID); r.status != 200 {
 		t.Fatalf("admin reading alice's order = %d", r.status)
+	}
+	if r := adminGet("Bearer "+tokenFor(t, "alice"), oa.ID); r.status != 401 || r.problemType() != "unauthorized" {
+		t.Fatalf("alice's token on the admin's read of her own order = %d %s; want 401 unauthorized", r.status, r.body)
 	}
 	if r := do(t, "GET", fmt.Sprintf("%s/v1/orders/%d", in.url, oa.ID), map[string]string{"Authorization": ""}, ""); r.status != 401 {
 		t.Fatalf("anonymous read of an order = %d; want 401", r.status)

@@ -10,8 +10,8 @@ import (
 )
 
 // Browsers as clients: CORS on the routes a sale's page calls (orders,
-// an order, its cancel, the stock), never on the admin routes, confirm,
-// the probes or the documents.
+// an order, its cancel, the stock), never on the back-office routes under
+// /v1/admin (confirm among them), the probes or the documents.
 
 // browserRoutes are the routes open to the CORS origins.
 var browserRoutes = []string{"/v1/orders", "/v1/orders/:id", "/v1/orders/:id/cancel", "/v1/stock/:sku"}

@@ -48,7 +48,7 @@ func (in *instance) setWindow(t testing.TB, sku string, available, window int) r
 
 func (in *instance) confirm(t testing.TB, id int64, header map[string]string, body string) reply {
 	t.Helper()
-	return do(t, "POST", fmt.Sprintf("%s/v1/orders/%d/confirm", in.url, id), header, body)
+	return do(t, "POST", fmt.Sprintf("%s/v1/admin/orders/%d/confirm", in.url, id), header, body)
 }
 
 func (in *instance) cancel(t testing.TB, id int64, buyer string) reply {
@@ -58,7 +58,7 @@ func (in *instance) cancel(t testing.TB, id int64, buyer string) reply {
 
 func (in *instance) getOrder(t testing.TB, id int64) lifecycleOrder {
 	t.Helper()
-	r := do(t, "GET", fmt.Sprintf("%s/v1/orders/%d", in.url, id), bearerOf(adminToken), "")
+	r := do(t, "GET", fmt.Sprintf("%s/v1/admin/orders/%d", in.url, id), bearerOf(adminToken), "")
 	if r.status != http.StatusOK {
 		t.Fatalf("GET order %d = %d %s", id, r.status, r.body)
 	}
@@ -143,7 +143,11 @@ func TestLifecycleAnswers(t *testing.T) {
 		t.Fatalf("replay of a cancelled order's key = %d %s; want 200, the cancelled order", rp.status, rp.body)
 	}
 	o4 := in.order(t, "lc-4", "LC", 1).lifecycleOrder(t)
-	if r := do(t, "POST", fmt.Sprintf("%s/v1/orders/%d/cancel", in.url, o4.ID), bearerOf(adminToken), ""); r.status != http.StatusOK {
+	wantAnswer(t, "the admin token on the buyer's cancel", do(t, "POST", fmt.Sprintf("%s/v1/orders/%d/cancel", in.url, o4.ID), bearerOf(adminToken), ""),
+		401, "invalid-token")
+	wantAnswer(t, "the payment token on the admin's cancel", do(t, "POST", fmt.Sprintf("%s/v1/admin/orders/%d/cancel", in.url, o4.ID), bearerOf(paymentToken), ""),
+		401, "unauthorized")
+	if r := do(t, "POST", fmt.Sprintf("%s/v1/admin/orders/%d/cancel", in.url, o4.ID), bearerOf(adminToken), ""); r.status != http.StatusOK {
 		t.Fatalf("the admin's cancel = %d %s", r.status, r.body)
 	}
 

@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -51,8 +52,9 @@ var handlerSpec = sync.OnceValues(func() (*specCheck, error) { return newSpecChe
 //     that it does not allow) is not answered 1xx-3xx.
 //   - a route that is not in the document is answered like the document's
 //     NotFound response (an unknown path) or MethodNotAllowed (a known path
-//     with another method): an undocumented route that answers anything
-//     else is a mismatch.
+//     with another method; for OPTIONS, a CORS preflight's Preflight or
+//     CORSRefused too): an undocumented route that answers anything else is
+//     a mismatch.
 type specCheck struct {
 	doc    *openapi3.T
 	router routers.Router
@@ -70,7 +72,7 @@ func newSpecCheck(spec []byte) (*specCheck, error) {
 	if !doc.IsOpenAPI31OrLater() {
 		return nil, fmt.Errorf("the document is OpenAPI %s; want 3.1", doc.OpenAPI)
 	}
-	for _, name := range []string{"NotFound", "MethodNotAllowed"} {
+	for _, name := range []string{"NotFound", "MethodNotAllowed", "Preflight", "CORSRefused"} {
 		if doc.Components == nil || doc.Components.Responses[name] == nil {
 			return nil, fmt.Errorf("the document has no %s response, for the routes it does not list", name)
 		}
@@ -104,18 +106,16 @@ func (s *specCheck) Check(ex exchange) error {
 	what := ex.Request.Method + " " + ex.Request.URL.RequestURI()
 	route, params, err := s.router.FindRoute(req)
 	if err != nil {
-		name, status := "NotFound", http.StatusNotFound
-		switch {
-		case errors.Is(err, routers.ErrMethodNotAllowed):
-			name, status = "MethodNotAllowed", http.StatusMethodNotAllowed
-		case !errors.Is(err, routers.ErrPathNotFound):
-			return fmt.Errorf("%s: %w", what, err)
+		answers, uerr := unlisted(req.Method, err)
+		if uerr != nil {
+			return fmt.Errorf("%s: %w", what, uerr)
 		}
-		if ex.Status != status {
-			return fmt.Errorf("%s is not in the document, and was answered %d; want %d (%s)", what, ex.Status, status, name)
+		name, ok := answers[ex.Status]
+		if !ok {
+			return fmt.Errorf("%s is not in the document, and was answered %d; want one of %v", what, ex.Status, answers)
 		}
 		route = &routers.Route{Spec: s.doc, Path: req.URL.Path, Method: req.Method, Operation: &openapi3.Operation{
-			Responses: openapi3.NewResponses(openapi3.WithStatus(status, s.doc.Components.Responses[name]))}}
+			Responses: openapi3.NewResponses(openapi3.WithStatus(ex.Status, s.doc.Components.Responses[name]))}}
 	}
 	opts := &openapi3filter.Options{
 		IncludeResponseStatus: true,
@@ -130,12 +130,33 @@ func (s *specCheck) Check(ex exchange) error {
 			return fmt.Errorf("%s: the document refuses the request, but it was answered %d: %w", what, ex.Status, rerr)
 		}
 	}
+	body, err := decoded(ex.Header, ex.Body)
+	if err != nil {
+		return fmt.Errorf("%s answered %d: %w", what, ex.Status, err)
+	}
 	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: ex.Status, Header: ex.Header, Options: opts}
-	out.SetBodyBytes(ex.Body)
+	out.SetBodyBytes(body)
 	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
 		return fmt.Errorf("%s answered %d %s: %w", what, ex.Status, clip(ex.Body), err)
 	}
 	return nil
+}
+
+// unlisted returns the answers, by status, that a request the document
+// lists no operation for may get (err is the router's): on an unknown path,
+// NotFound; on a known path with another method, MethodNotAllowed, and for
+// OPTIONS also a CORS preflight's Preflight or CORSRefused.
+func unlisted(method string, err error) (map[int]string, error) {
+	switch {
+	case errors.Is(err, routers.ErrPathNotFound):
+		return map[int]string{http.StatusNotFound: "NotFound"}, nil
+	case !errors.Is(err, routers.ErrMethodNotAllowed):
+		return nil, err
+	case method == http.MethodOptions:
+		return map[int]string{http.StatusMethodNotAllowed: "MethodNotAllowed", http.StatusNoContent: "Preflight",
+			http.StatusForbidden: "CORSRefused"}, nil
+	}
+	return map[int]string{http.StatusMethodNotAllowed: "MethodNotAllowed"}, nil
 }
 
 // bearerPresent holds an http bearer security scheme met when the request
@@ -150,6 +171,23 @@ func bearerPresent(_ context.Context, in *openapi3filter.AuthenticationInput) er
 		return errors.New("no bearer credentials")
 	}
 	return nil
+}
+
+// decoded is body without its Content-Encoding (gzip, which /metrics may
+// use): the document describes the representation, not its transfer.
+func decoded(h http.Header, body []byte) ([]byte, error) {
+	switch enc := h.Get("Content-Encoding"); enc {
+	case "", "identity":
+		return body, nil
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("gzip body: %w", err)
+		}
+		return io.ReadAll(zr)
+	default:
+		return nil, fmt.Errorf("content encoding %q is not checked here", enc)
+	}
 }
 
 func clip(b []byte) string {

@@ -144,22 +144,24 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	if cfg.Limiter != nil {
 		v1.Use(rateLimit(cfg.Limiter))
 	}
-	buyers := v1.Group("/orders", h.authBuyer(false))
+	buyers := v1.Group("/orders", h.authBuyer)
 	if cfg.BuyerLimiter != nil {
 		buyers.Use(rateLimitBuyer(cfg.BuyerLimiter))
 	}
 	buyers.POST("", h.placeOrder)
 	get(buyers, "", h.listOrders)
-	ownOrAdmin := v1.Group("/orders", h.authBuyer(true))
-	get(ownOrAdmin, "/:id", h.getOrder)
-	ownOrAdmin.POST("/:id/cancel", h.cancelOrder)
-	// The payment service's confirm is not limited per client IP, like the
-	// admin routes: one service sends every confirm.
-	r.Group("/v1/orders", h.payment).POST("/:id/confirm", h.confirmOrder)
+	own := v1.Group("/orders", h.authBuyer)
+	get(own, "/:id", h.getOrder)
+	own.POST("/:id/cancel", h.cancelOrder)
 	get(v1, "/stock/:sku", h.getStock)
 	admin := r.Group("/v1/admin", h.admin)
 	admin.PUT("/stock/:sku", h.setStock)
 	get(admin, "/stock/:sku/audit", h.audit)
+	get(admin, "/orders/:id", h.getOrder)
+	admin.POST("/orders/:id/cancel", h.cancelOrder)
+	// Confirm is the payment service's (or the admin's): a back-office
+	// route, not limited per client IP, as one service sends every confirm.
+	r.Group("/v1/admin/orders", h.payment).POST("/:id/confirm", h.confirmOrder)
 	get(r, "/healthz", h.healthz)
 	get(r, "/readyz", h.readyz)
 	if cfg.ServeMetrics {

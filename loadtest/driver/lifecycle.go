@@ -234,7 +234,10 @@ func (l *lifeRun) fate(ctx context.Context, j int, id int64, buyerAuth string) {
 		op, auth, wait = "cancel", buyerAuth, time.Duration(mrand.Int64N(int64(w/2))) //nolint:gosec // G404: a buyer's whim, not a secret
 	}
 	time.Sleep(wait)
-	u := fmt.Sprintf("%s/v1/orders/%d/%s", l.cfg.URLs[j%len(l.cfg.URLs)], id, op)
+	u := fmt.Sprintf("%s/v1/orders/%d/cancel", l.cfg.URLs[j%len(l.cfg.URLs)], id)
+	if op == "confirm" {
+		u = fmt.Sprintf("%s/v1/admin/orders/%d/confirm", l.cfg.URLs[j%len(l.cfg.URLs)], id)
+	}
 	for try := range 6 {
 		a, d, err := l.r.send(ctx, http.MethodPost, u, nil, http.Header{"Authorization": {auth}})
 		if err == nil && a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable {

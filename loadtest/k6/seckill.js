@@ -32,7 +32,7 @@
  *   WINDOW       [0]      the SKU's payment window, seconds; > 0 runs the lifecycle: each
  *                winner's order is reserved, every third never pays, every tenth
  *                cancels, the rest confirm (some after their deadline)
- *   PAYMENT_TOKEN[ADMIN_TOKEN] bearer token of POST /v1/orders/{id}/confirm
+ *   PAYMENT_TOKEN[ADMIN_TOKEN] bearer token of POST /v1/admin/orders/{id}/confirm
  *   SUMMARY      [loadtest/report/k6-summary.json]  JSON summary path (k6 does not create
  *                its folder: mkdir -p loadtest/report first); empty = none
  *
@@ -454,9 +454,10 @@ function afterTheSale(base, n, order, buyerAuth) {
   const cancel = n % 10 === 1;
   sleep(Math.random() * WINDOW * (cancel ? 0.5 : 1.25));
   const op = cancel ? "cancel" : "confirm";
-  const res = http.post(`${base}/v1/orders/${order.id}/${op}`, null, {
+  const path = cancel ? "/v1/orders/{id}/cancel" : "/v1/admin/orders/{id}/confirm";
+  const res = http.post(base + path.replace("{id}", String(order.id)), null, {
     headers: { Authorization: cancel ? buyerAuth : `Bearer ${PAYMENT_TOKEN}` },
-    tags: { name: `POST /v1/orders/{id}/${op}` },
+    tags: { name: `POST ${path}` },
   });
   const p = body(res);
   const type = p && typeof p === "object" && "type" in p ? String(p.type) : "";
