@@ -27,6 +27,7 @@ import (
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/stockcounter"
 	"github.com/seckill/stock/internal/stockevents"
 )
 
@@ -214,6 +215,9 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
+	if cfg.Strategy.Info().Counted {
+		svcCfg.Counter = stockcounter.New(a.Redis, cfg.RedisPrefix)
+	}
 	a.Service = service.New(svcCfg, a.Store, locker, log, a.Metrics)
 	// Restocks made through other instances end this one's sold-out answers.
 	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
@@ -225,6 +229,11 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 	swept := make(chan struct{})
 	go func() { defer close(swept); a.Service.RunSweeper(sctx, cfg.ExpiryInterval) }()
 	a.closers = append(a.closers, func() { stopSweeping(); <-swept })
+	// The counter strategies' drift is repaired from MySQL's rows here too.
+	rctx, stopReconciling := context.WithCancel(context.WithoutCancel(ctx))
+	reconciled := make(chan struct{})
+	go func() { defer close(reconciled); a.Service.RunCounterReconcile(rctx, cfg.CounterReconcile) }()
+	a.closers = append(a.closers, func() { stopReconciling(); <-reconciled })
 }
 
 // handlerConfig is the HTTP edge's configuration: probes, tokens, caps and

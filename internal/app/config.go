@@ -58,8 +58,11 @@ type Config struct {
 	ExpiryInterval time.Duration `env:"STOCK_EXPIRY_INTERVAL" envDefault:"1s" min:"10ms" nonzero:"true"`
 	// How orders are guarded: see the README's strategies.
 	Strategy service.Strategy `env:"STOCK_STRATEGY" envDefault:"lock+version"`
-	// `1` to run `none` or `lock` (they can oversell).
+	// `1` to run `none`, `lock` or `counter` (they can oversell).
 	AllowUnsafe bool `env:"STOCK_ALLOW_UNSAFE" envDefault:"0"`
+	// How often the counter strategies compare each SKU's Redis counter with
+	// MySQL's row (a counter that disagrees two rounds running is repaired).
+	CounterReconcile time.Duration `env:"STOCK_COUNTER_RECONCILE" envDefault:"5s" min:"10ms" nonzero:"true"`
 	// Longest wait for the SKU lock before 429.
 	LockWait time.Duration `env:"STOCK_LOCK_WAIT" envDefault:"2s"`
 	// `0` = the watchdog's lease; a duration = a fixed lease, never renewed.

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/repo"
@@ -28,7 +30,9 @@ const JWTSecret = "test-jwt-secret-of-at-least-32-bytes!"
 
 // Config is the configuration of a test server over the database dsn: the
 // defaults of an empty environment (as a production server would start),
-// with the shared Redis, the test secrets and a small MySQL pool.
+// with the shared Redis, the test secrets and a small MySQL pool. Its Redis
+// keys are prefixed with the database's name: the servers of one database
+// share their locks and stock counters, and no others do.
 func Config(dsn string) app.Config {
 	cfg, err := app.ParseEnv(func(string) string { return "" })
 	if err != nil {
@@ -37,6 +41,9 @@ func Config(dsn string) app.Config {
 	cfg.MySQLDSN = dsn
 	cfg.MySQLConns = 10
 	cfg.RedisAddrs = []string{testserver.SharedRedis}
+	if c, err := mysql.ParseDSN(dsn); err == nil && c.DBName != "" {
+		cfg.RedisPrefix = "test:" + c.DBName + ":"
+	}
 	cfg.AdminToken = AdminToken
 	cfg.JWTSecret = JWTSecret
 	cfg.MetricsPublic = true

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,7 +229,7 @@ func TestBuyersOwnTheirKeysAndOrders(t *testing.T) {
 // limit, is told limit-exceeded with what is left, and the audit agrees.
 func TestPerBuyerLimitIsExact(t *testing.T) {
 	t.Parallel()
-	for _, st := range []service.Strategy{service.StrategyLockVersion, service.StrategyVersion, service.StrategyConditional, service.StrategyForUpdate, "db-only"} {
+	for _, st := range append(slices.Clone(safeStrategies), "db-only") {
 		t.Run(string(st), func(t *testing.T) {
 			t.Parallel()
 			d := newDB(t)

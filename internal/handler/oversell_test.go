@@ -15,7 +15,16 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-var safeStrategies = []service.Strategy{service.StrategyLockVersion, service.StrategyVersion, service.StrategyConditional, service.StrategyForUpdate}
+// safeStrategies are the strategy table's safe rows.
+var safeStrategies = func() []service.Strategy {
+	var out []service.Strategy
+	for _, s := range service.StrategyTable() {
+		if s.Safe {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}()
 
 // checkExact asserts the proof's invariants from the server's own state: the
 // audit, and the orders table read straight from MySQL against what the

@@ -26,6 +26,10 @@ type Metrics struct {
 	Returned        *prometheus.CounterVec   // cause: units given back by cancel or expiry
 	TransitionTime  *prometheus.HistogramVec // op (confirm, cancel), outcome
 	SweepLag        prometheus.Gauge         // how long the oldest reservation past its deadline has been waiting
+	CounterTakes    *prometheus.CounterVec   // result: taken, sold_out, over_limit, missing, error (the counter strategies)
+	CounterGiven    prometheus.Counter       // units given back to the Redis counter after MySQL refused them
+	CounterSeeds    prometheus.Counter       // counters seeded from MySQL
+	CounterRepairs  *prometheus.CounterVec   // direction: up, down; units the reconcile moved the counter by
 }
 
 // New registers the metrics on reg, with the Go and process collectors.
@@ -34,9 +38,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.newOrderPath()
 	m.newLock()
 	m.newLifecycle()
+	m.newCounter()
 	reg.MustRegister(m.Requests, m.RequestDuration, m.Orders, m.LockWait, m.LockHeld, m.LockResults,
 		m.Renewals, m.Conflicts, m.DBOnly, m.BatchSize, m.RateLimits,
 		m.Transitions, m.Returned, m.TransitionTime, m.SweepLag,
+		m.CounterTakes, m.CounterGiven, m.CounterSeeds, m.CounterRepairs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
@@ -104,6 +110,23 @@ func (m *Metrics) newLifecycle() {
 	})
 }
 
+// newCounter makes the collectors of the Redis stock counter (the counter
+// strategies).
+func (m *Metrics) newCounter() {
+	m.CounterTakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_counter_takes_total", Help: "Answers of the Redis stock counter: taken, sold_out, over_limit, missing, error.",
+	}, []string{"result"})
+	m.CounterGiven = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stock_counter_given_back_units_total", Help: "Units given back to the Redis stock counter after MySQL refused their order.",
+	})
+	m.CounterSeeds = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stock_counter_seeds_total", Help: "Redis stock counters seeded from MySQL's row (a missing counter, a restock).",
+	})
+	m.CounterRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stock_counter_repaired_units_total", Help: "Units the reconcile moved a drifted Redis stock counter by, up or down, to MySQL's row.",
+	}, []string{"direction"})
+}
+
 // zeroSeries creates the series of every known label value, so that they
 // are exported (and an alert on their rate sees 0) before the first event.
 func (m *Metrics) zeroSeries() {
@@ -127,6 +150,49 @@ func (m *Metrics) zeroSeries() {
 	}
 	for _, op := range []string{"confirm", "cancel"} {
 		m.TransitionTime.WithLabelValues(op, "ok")
+	}
+	for _, r := range []string{"taken", "sold_out", "over_limit", "missing", "error"} {
+		m.CounterTakes.WithLabelValues(r)
+	}
+	for _, d := range []string{"up", "down"} {
+		m.CounterRepairs.WithLabelValues(d)
+	}
+}
+
+// CounterTake counts one answer of the stock counter (err: "error").
+func (m *Metrics) CounterTake(result string, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		result = "error"
+	}
+	m.CounterTakes.WithLabelValues(result).Inc()
+}
+
+// CounterGivenBack counts units given back to the stock counter.
+func (m *Metrics) CounterGivenBack(units int64) {
+	if m != nil {
+		m.CounterGiven.Add(float64(units))
+	}
+}
+
+// CounterSeeded counts a counter seeded from MySQL.
+func (m *Metrics) CounterSeeded() {
+	if m != nil {
+		m.CounterSeeds.Inc()
+	}
+}
+
+// CounterRepaired counts a repair that moved a counter by delta units.
+func (m *Metrics) CounterRepaired(delta int64) {
+	if m == nil {
+		return
+	}
+	if delta > 0 {
+		m.CounterRepairs.WithLabelValues("up").Add(float64(delta))
+	} else {
+		m.CounterRepairs.WithLabelValues("down").Add(float64(-delta))
 	}
 }
 

@@ -225,6 +225,7 @@ func (s *Service) returned(ctx context.Context, rets []Return) {
 		s.soldOut.drop(r.SKU)
 		s.seqs.learn(r.SKU, r.RestockSeq)
 		s.metrics.CountReturn(r.Cause.String(), r.Units)
+		s.counterReturned(ctx, r)
 		if s.cfg.Events == nil {
 			continue
 		}

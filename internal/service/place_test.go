@@ -19,14 +19,16 @@ import (
 // The service's unit tests run on servicetest's in-memory store and fake
 // lock: no database, no Redis.
 
-// unit is a Service over a MemStore and a fake Locker.
+// unit is a Service over a MemStore and a fake Locker (and a MemCounter
+// under the counter strategies).
 type unit struct {
-	svc   *service.Service
-	store *servicetest.MemStore
-	locks *servicetest.Locker
-	reg   *prometheus.Registry
-	cfg   service.Config
-	sku   string
+	svc     *service.Service
+	store   *servicetest.MemStore
+	locks   *servicetest.Locker
+	counter *servicetest.MemCounter // nil but for the counter strategies
+	reg     *prometheus.Registry
+	cfg     service.Config
+	sku     string
 }
 
 func newUnit(t *testing.T, cfg service.Config) *unit {
@@ -43,13 +45,27 @@ func newUnit(t *testing.T, cfg service.Config) *unit {
 	if cfg.Strategy.Info().UsesLock {
 		locker = locks
 	}
-	return &unit{svc: service.New(cfg, store, locker, nil, metrics.New(reg)), store: store, locks: locks, reg: reg, cfg: cfg, sku: "SKU-1"}
+	var counter *servicetest.MemCounter
+	if cfg.Strategy.Info().Counted && cfg.Counter == nil {
+		counter = servicetest.NewMemCounter()
+		cfg.Counter = counter
+	}
+	return &unit{svc: service.New(cfg, store, locker, nil, metrics.New(reg)), store: store, locks: locks, counter: counter,
+		reg: reg, cfg: cfg, sku: "SKU-1"}
 }
 
+// setStock sets the stock in the store, and seeds the counter from it as a
+// restock through the service would.
 func (u *unit) setStock(t *testing.T, sku string, n, limit int64) {
 	t.Helper()
 	if _, err := u.store.SetStock(context.Background(), sku, service.StockSetting{Available: n, PerBuyerLimit: limit}); err != nil {
 		t.Fatal(err)
+	}
+	if u.counter != nil {
+		_ = u.counter.Drop(context.Background(), sku)
+		if _, err := u.counter.Seed(context.Background(), sku, n, limit); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

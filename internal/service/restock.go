@@ -41,6 +41,7 @@ func (s *Service) SetStock(ctx context.Context, sku string, set StockSetting) (S
 	s.soldOut.drop(sku) // after the write, committed or not known to be
 	if err == nil {
 		s.seqs.learn(sku, st.RestockSeq)
+		s.counterRestocked(wctx, st)
 	}
 	if s.cfg.Events != nil {
 		if perr := s.cfg.Events.StockChanged(wctx, sku, max(st.RestockSeq, s.seqs.known(sku))); perr != nil {

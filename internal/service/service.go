@@ -5,7 +5,8 @@
 //
 // The files: service.go (Config, Service, New), strategy.go (the strategy
 // table), place.go (Place, the order flow), write.go (the strategies'
-// writes), locking.go (the SKU lock), combine.go (batches of the per-SKU
+// writes), locking.go (the SKU lock), counter.go (the Redis stock counter
+// of the counter strategies), combine.go (batches of the per-SKU
 // queues of internal/combine), plan.go (a batch's outcome), redisdown.go (the DB-only switch), soldout.go (the sold-out
 // fast path), flight.go (one attempt per key), read.go, restock.go, store.go
 // (the Store contract), trace.go (the spans of the order path) and errors.go.
@@ -58,6 +59,9 @@ type Config struct {
 	// Tracer, if set, traces the order path (trace.go lists the spans);
 	// nil: tracing off, at no cost.
 	Tracer trace.Tracer
+	// Counter is the Redis stock counter of the counter strategies
+	// (counter.go); the others leave it nil.
+	Counter StockCounter
 }
 
 // DefaultQueueMax is Config.QueueMax's default.
@@ -79,6 +83,8 @@ type Service struct {
 	soldOut *soldOut // nil: no fast path
 	seqs    restockSeqs
 	replays replayWatch
+
+	counters counterStates // the SKUs counted here, for the reconcile
 
 	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
 	redisDown      atomic.Bool  // for logging once per outage

@@ -19,6 +19,8 @@ const (
 	StrategyLockVersion Strategy = "lock+version"
 	StrategyConditional Strategy = "conditional"
 	StrategyForUpdate   Strategy = "for-update"
+	StrategyCounter     Strategy = "counter"
+	StrategyCounterCond Strategy = "counter+conditional"
 )
 
 // StrategyInfo is one row of the strategy table: everything the rest of the
@@ -28,6 +30,7 @@ type StrategyInfo struct {
 	Name     Strategy
 	Safe     bool  // exact without a working lock (the others need STOCK_ALLOW_UNSAFE)
 	UsesLock bool  // takes the per-SKU Redis lock
+	Counted  bool  // takes from the Redis stock counter first (Config.Counter)
 	Write    Write // the guarded write of the strategies that take no lock
 	Retries  int   // default Config.VersionRetries
 	What     string
@@ -65,6 +68,14 @@ var strategyTable = []StrategyInfo{
 		What:    "`SELECT ... FOR UPDATE` in a transaction",
 		SafeDoc: "yes",
 		UseWhen: "the pessimistic DB lock; simple, holds a row lock across the transaction"},
+	{Name: StrategyCounter, Counted: true, Write: WritePlain, Retries: 3, place: (*Service).placeCounted,
+		What:    "a Redis counter is the stock: a Lua script checks and takes the units and the buyer's count, then a plain write; nothing given back",
+		SafeDoc: "no: drift oversells or strands units",
+		UseWhen: "never; it is the design most seckill systems copy, as a control group"},
+	{Name: StrategyCounterCond, Safe: true, Counted: true, Write: WriteConditional, Retries: 3, place: (*Service).placeCountedGuarded,
+		What:    "the Redis counter turns the losers away; the conditional UPDATE decides each winner; refusals given back, drift reconciled",
+		SafeDoc: "yes",
+		UseWhen: "one hot SKU whose losers vastly outnumber its units: MySQL sees about one order per unit"},
 }
 
 // StrategyTable returns the table of every strategy, in the README's order

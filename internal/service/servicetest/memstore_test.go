@@ -3,6 +3,7 @@ package servicetest_test
 import (
 	"testing"
 
+	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/service/servicetest"
 )
 
@@ -13,4 +14,9 @@ func TestMemStoreContract(t *testing.T) {
 		m := servicetest.NewMemStore()
 		return servicetest.ContractStore{Store: m, LedgerRows: func(_ *testing.T, sku string) int { return m.LedgerRows(sku) }}
 	})
+}
+
+// MemCounter keeps the contract of the Redis counter.
+func TestMemCounterContract(t *testing.T) {
+	servicetest.CounterContract(t, func(*testing.T) service.StockCounter { return servicetest.NewMemCounter() })
 }
