@@ -51,6 +51,14 @@ var scenarios = []scenario{
 	{"16", "lifecycle: a sweeper SIGSTOPped past many deadlines, then resumed", false, stopSweeper},
 	{"17", "lifecycle: MariaDB killed and restarted during the sweeps", false, mariadbMidSweep},
 	{"18", "lifecycle: Redis down while units are returned", false, redisDownReturns},
+	{"19a", "Redis stock counter: FLUSHALL mid-sale", false, counterRow("counter", false, flushCounter)},
+	{"19b", "Redis stock counter: FLUSHALL mid-sale", true, counterRow("counter+conditional", false, flushCounter)},
+	{"20a", "Redis stock counter: Redis killed and restarted", false, counterRow("counter", false, restartRedis)},
+	{"20b", "Redis stock counter: Redis killed and restarted", false, counterRow("counter+conditional", false, restartRedis)},
+	{"21a", "Redis stock counter: a failover that loses acknowledged decrements", false, counterRow("counter", true, loseDecrements)},
+	{"21b", "Redis stock counter: a failover that loses acknowledged decrements", false, counterRow("counter+conditional", true, loseDecrements)},
+	{"22a", "Redis stock counter: an instance SIGKILLed between decrement and write", false, counterRow("counter", false, killMidWrite)},
+	{"22b", "Redis stock counter: an instance SIGKILLed between decrement and write", true, counterRow("counter+conditional", false, killMidWrite)},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses
