@@ -141,10 +141,14 @@ func hasKey(ids map[service.BuyerKey]int64) func(service.BuyerKey) bool {
 func orderRows(b service.Batch, plan service.BatchPlan, cur stockModel, now time.Time) []orderModel {
 	rows := make([]orderModel, len(plan.Placed))
 	status, expires := cur.newOrderStatus()
+	var fence *int64 // none for a batch placed without a lock
+	if b.Fence > 0 {
+		fence = &b.Fence
+	}
 	for j, i := range plan.Placed {
-		it, fence := b.Items[i], b.Fence
+		it := b.Items[i]
 		rows[j] = orderModel{Buyer: it.Buyer, IdempotencyKey: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
-			Quantity: it.Quantity, Status: status, ExpiresAt: expires, Fence: &fence, CreatedAt: now}
+			Quantity: it.Quantity, Status: status, ExpiresAt: expires, Fence: fence, CreatedAt: now}
 	}
 	return rows
 }

@@ -17,6 +17,8 @@ import (
 // Request combining for lock+version: orders of one SKU wait in the SKU's
 // queue (internal/combine), and each batch of them is placed under one
 // hold of the SKU lock in one transaction with one versioned UPDATE. The
+// counter's winners (counter+conditional) are combined the same way, with
+// no lock: the versioned UPDATE alone decides, retried on a conflict. The
 // lock hand-off, the read, the UPDATE and the COMMIT are then paid once per
 // batch rather than once per order, which is what bounds a hot SKU's
 // throughput under a lock. Each order still gets its own answer: placed,
@@ -50,7 +52,8 @@ func (s *Service) placeBatched(ctx context.Context, d Deduction) (Order, error) 
 	return o, err
 }
 
-// runBatch places a batch under the SKU lock in one transaction: the
+// runBatch places a batch under the SKU lock (the counter's winners: with
+// no lock) in one transaction: the
 // batch's keys read first (while replays are coming: replayWatch), then
 // the lock, then the orders that joined the queue meanwhile, then the stock
 // read, the inserts, the versioned UPDATE and COMMIT. Every call of the
@@ -62,6 +65,12 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	bctx, span := s.batchSpan(sku, batch)
 	var failed error // the batch's own error, if any
 	defer func() { endSpan(span, "", failed) }()
+	if s.info.Counted { // the counter's winners: no lock, the versioned UPDATE decides
+		batch = s.joinLate(sku, batch, span)
+		s.metrics.Batch(len(batch))
+		failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch)
+		return
+	}
 	if s.skipLock() {
 		s.metrics.Batch(len(batch))
 		eachWithoutRedis(s, batch, nil)
@@ -96,6 +105,15 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	s.metrics.Batch(len(batch)) // the orders this hold serves (replays answered before it left out)
 	failed = s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
 }
+
+// unlocked is the Hold of a batch placed without the lock (the counter's
+// winners): fence 0, never lost.
+type unlocked struct{}
+
+func (unlocked) Context() context.Context     { return context.Background() }
+func (unlocked) Err() error                   { return nil }
+func (unlocked) Fence() int64                 { return 0 }
+func (unlocked) Unlock(context.Context) error { return nil }
 
 // eachWithoutRedis places every call of the batch on the DB-only path, each
 // on its own goroutine (cause: the lock's error, or nil while it is skipped).

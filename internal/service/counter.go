@@ -83,11 +83,12 @@ func (s *Service) placeCounted(ctx context.Context, d Deduction) (Order, error) 
 }
 
 // placeCountedGuarded is `counter+conditional`: the counter turns the
-// losers away, MySQL's conditional UPDATE decides every order that passes
-// it, and a unit MySQL refused goes back to the counter. While the counter
-// cannot be trusted (missing, Redis down, a lost reply) the order goes to
-// MySQL alone, and a refusal of the counter is checked against MySQL's row
-// before it is the answer: every answer is MySQL's.
+// losers away, and the orders that pass it are combined per SKU into
+// batches, each placed by one versioned UPDATE without a lock (combine.go);
+// a unit MySQL refused goes back to the counter. While the counter cannot
+// be trusted (missing, Redis down, a lost reply) the order goes to MySQL
+// alone, by the conditional UPDATE, and a refusal of the counter is checked
+// against MySQL's row before it is the answer: every answer is MySQL's.
 func (s *Service) placeCountedGuarded(ctx context.Context, d Deduction) (Order, error) {
 	d.Write = WriteConditional
 	got, err := s.cfg.Counter.Take(ctx, d.SKU, d.Buyer, d.Quantity)
@@ -106,16 +107,18 @@ func (s *Service) placeCountedGuarded(ctx context.Context, d Deduction) (Order, 
 	case got.Answer == TakeOverLimit: // MySQL holds the exact allowance
 		return s.placeRetrying(ctx, d)
 	}
-	o, err := s.placeRetrying(ctx, d)
+	o, err := s.placeBatched(ctx, d)
 	s.settleTake(ctx, d, err)
 	return o, err
 }
 
 // soldOutByMySQL answers an order the counter refused for want of stock
 // from MySQL's row (on the sold-out fast path, a read shared with the
-// SKU's other orders): sold out if the row agrees; a key with an order is
-// the duplicate answerRefusal replays; and a row with the units (a counter
-// that drifted low) means the order is MySQL's to place.
+// SKU's other orders): sold out if the row agrees (its key read with it);
+// a key with an order is the duplicate answerRefusal replays; and a row
+// with the units (orders in flight not yet committed, or a counter that
+// drifted low) means the order joins the SKU's next batch, which MySQL
+// decides.
 func (s *Service) soldOutByMySQL(ctx context.Context, d Deduction) (Order, error) {
 	r := PlaceRequest{Buyer: d.Buyer, Key: d.Key, SKU: d.SKU, Quantity: d.Quantity}
 	st, prev, err := s.precheck(ctx, r, s.soldOut != nil)
@@ -125,10 +128,10 @@ func (s *Service) soldOutByMySQL(ctx context.Context, d Deduction) (Order, error
 	case prev != nil:
 		return Order{}, ErrDuplicateKey
 	case st.Available < int64(d.Quantity):
-		return Order{}, ErrSoldOut
+		return Order{}, errSoldOutKeyRead
 	}
 	s.counters.suspect(d.SKU)
-	return s.placeRetrying(ctx, d)
+	return s.placeBatched(ctx, d)
 }
 
 // settleTake settles a take after MySQL's answer: a refusal gives the

@@ -58,6 +58,10 @@ var (
 // when the request's context ended).
 var ErrLockNotObtained = errors.New("service: SKU lock not obtained in time")
 
+// errSoldOutKeyRead is ErrSoldOut from a read of the stock row that read
+// the order's key too (none): answerRefusal need not look it up again.
+var errSoldOutKeyRead = fmt.Errorf("%w (its key has no order)", ErrSoldOut)
+
 // LimitError is an order refused by the SKU's per-buyer limit.
 type LimitError struct {
 	Limit     int64 // units one buyer may hold

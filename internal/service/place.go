@@ -177,6 +177,10 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 	if restocked == nil && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrLimitExceeded) {
 		return Order{}, false, err
 	}
+	if errors.Is(err, errSoldOutKeyRead) { // the key was read with the row that said so
+		s.soldOut.mark(r.SKU)
+		return Order{}, false, ErrSoldOut
+	}
 	lctx, cancel := s.writeCtx(ctx)
 	defer cancel()
 	existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)

@@ -209,6 +209,8 @@ type BatchItem struct {
 type Batch struct {
 	SKU   string
 	Items []BatchItem
+	// Fence is the SKU lock's fencing token, stored with each order; 0:
+	// placed without the lock (the counter's winners), stored as none.
 	Fence int64
 	// BeforeCommit runs before COMMIT; an error rolls everything back.
 	BeforeCommit func() error

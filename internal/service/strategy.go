@@ -72,8 +72,8 @@ var strategyTable = []StrategyInfo{
 		What:    "a Redis counter is the stock: a Lua script checks and takes the units and the buyer's count, then a plain write; nothing given back",
 		SafeDoc: "no: drift oversells or strands units",
 		UseWhen: "never; it is the design most seckill systems copy, as a control group"},
-	{Name: StrategyCounterCond, Safe: true, Counted: true, Write: WriteConditional, Retries: 3, place: (*Service).placeCountedGuarded,
-		What:    "the Redis counter turns the losers away; the conditional UPDATE decides each winner; refusals given back, drift reconciled",
+	{Name: StrategyCounterCond, Safe: true, Counted: true, Write: WriteConditional, Retries: 20, place: (*Service).placeCountedGuarded,
+		What:    "the Redis counter turns the losers away; its winners combined per SKU and instance, each batch one versioned UPDATE (no lock; the conditional UPDATE while the counter is untrusted); refusals given back, drift reconciled",
 		SafeDoc: "yes",
 		UseWhen: "one hot SKU whose losers vastly outnumber its units: MySQL sees about one order per unit"},
 }

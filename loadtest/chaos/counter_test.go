@@ -31,7 +31,7 @@ import (
 var counterEnv = map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms", "STOCK_COUNTER_RECONCILE": "1s"}
 
 // counterFault injects one fault into a sale in progress and says what it did.
-type counterFault func(t *testing.T, ctx context.Context, r *rig, s *testserver.Sentinel) string
+type counterFault func(ctx context.Context, t *testing.T, r *rig, s *testserver.Sentinel) string
 
 // counterRow runs a sale of the strategy on three instances (on a
 // Sentinel-watched master and replica when sentinel is set), injects fault
@@ -58,7 +58,7 @@ func counterRow(strategy string, sentinel bool, fault counterFault) func(t *test
 		out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 		r.waitOrders(ctx, stock/5) // not the row's sold: `counter`'s plain writes lose updates to it
 		t0 := time.Now()
-		what := fault(t, ctx, r, s)
+		what := fault(ctx, t, r, s)
 		res := r.wait(out)
 		fill(row, res)
 		row.Recovery = r.nextCreated(res, t0)
@@ -174,7 +174,7 @@ func (r *rig) counterAgrees(ctx context.Context, limit time.Duration) time.Durat
 }
 
 // flushCounter: FLUSHALL three times, 0.7s apart.
-func flushCounter(t *testing.T, ctx context.Context, r *rig, _ *testserver.Sentinel) string {
+func flushCounter(ctx context.Context, t *testing.T, r *rig, _ *testserver.Sentinel) string {
 	for range 3 {
 		if err := r.rdb.FlushAll(ctx).Err(); err != nil {
 			t.Fatalf("FLUSHALL: %v", err)
@@ -185,7 +185,7 @@ func flushCounter(t *testing.T, ctx context.Context, r *rig, _ *testserver.Senti
 }
 
 // restartRedis: Redis (no persistence) killed, down 2s, started empty.
-func restartRedis(t *testing.T, _ context.Context, r *rig, _ *testserver.Sentinel) string {
+func restartRedis(_ context.Context, _ *testing.T, r *rig, _ *testserver.Sentinel) string {
 	r.redis.Kill()
 	time.Sleep(2 * time.Second)
 	r.redis.Start()
@@ -197,7 +197,7 @@ func restartRedis(t *testing.T, _ context.Context, r *rig, _ *testserver.Sentine
 // instances' open connections stay authenticated and go on); for 0.7s the
 // decrements the master acknowledges never reach the replica. Then the
 // master is killed and the Sentinels promote the replica without them.
-func loseDecrements(t *testing.T, ctx context.Context, r *rig, s *testserver.Sentinel) string {
+func loseDecrements(ctx context.Context, t *testing.T, r *rig, s *testserver.Sentinel) string {
 	master := s.Master.Client(t)
 	if err := master.ConfigSet(ctx, "requirepass", "cut-off-"+r.sku).Err(); err != nil {
 		t.Fatalf("CONFIG SET requirepass: %v", err)
@@ -232,7 +232,7 @@ func loseDecrements(t *testing.T, ctx context.Context, r *rig, s *testserver.Sen
 
 // killMidWrite: instance 2 SIGKILLed with orders between their decrement
 // and their COMMIT (each sleeps 20ms in its transaction).
-func killMidWrite(t *testing.T, ctx context.Context, r *rig, _ *testserver.Sentinel) string {
+func killMidWrite(ctx context.Context, _ *testing.T, r *rig, _ *testserver.Sentinel) string {
 	in := r.fleet.Instances[2]
 	var inTrx int
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {

@@ -30,6 +30,7 @@ func TestProof(t *testing.T) {
 	}{
 		{"lock+version", 1, false},
 		{"lock+version", 3, false}, // 33 whole orders of 3: 99 sold, 1 left
+		{"counter+conditional", 1, false},
 		{"none", 1, true},
 	} {
 		name := tc.strategy

@@ -54,7 +54,7 @@ func runLifecycle(ctx context.Context, o options, runID, token string, stdout io
 		"and the rest confirm at a random moment up to a quarter of the window past their deadline (those answered 409 order-expired: late confirms). "+
 		"Every instance sweeps every second. Checked from MySQL at the end: every unit in exactly one of available, reserved or confirmed, "+
 		"confirmed units <= stocked, one return row per cancelled or expired order, no buyer over the limit, and every answer agreeing with the rows; "+
-		"none must be caught; lock, which writes absolute values under its lock, may lose returns made outside it (reported, not required). The `+ all pay` row is lock+version with every winner confirming at once: no returns, the control for what they cost.",
+		"none and counter (plain writes, nothing serializing them) must be caught; lock, which writes absolute values under its lock, may lose returns made outside it (reported, not required). The `+ all pay` row is lock+version with every winner confirming at once: no returns, the control for what they cost.",
 		lo.stock, lo.window, lo.rate, lo.duration, lo.concurrency, o.instances)
 	_, _ = fmt.Fprintf(stdout, "\nLifecycle: %s\n", note)
 	head, rows := driver.LifecycleRows(out)
@@ -92,7 +92,7 @@ func lifecycleOnce(ctx context.Context, o options, r lifecycleRun, runID, token 
 	res, err := driver.RunLifecycle(ctx, driver.LifecycleConfig{
 		URLs: f.URLs(), AdminToken: token, PaymentToken: token + "-pay", JWTSecret: fleet.JWTSecret,
 		Stock: lo.stock, PerBuyerLimit: 1, Window: lo.window, Rate: lo.rate, Duration: lo.duration, Concurrency: lo.concurrency,
-		AllConfirm: r.allConfirm, MySQLDSN: dsn, ExpectOversell: r.strategy == "none", Reported: r.strategy == "lock", Label: label,
+		AllConfirm: r.allConfirm, MySQLDSN: dsn, ExpectOversell: plainUnguarded(r.strategy), Reported: reportedOnly(r.strategy), Label: label,
 		Log: func(format string, args ...any) { _, _ = fmt.Fprintf(o.logw, "demo: "+format+"\n", args...) },
 	})
 	if err != nil {

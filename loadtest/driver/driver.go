@@ -157,15 +157,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	}
+	res.MySQLPerRequest = -1
+	var q0 int64
+	if db != nil {
+		q0, _ = questions(ctx, db.db)
+	}
 	m0 := r.scrapeAll(ctx)
 	r.logf("%s: sku=%s stock=%d buyers=%d x %d concurrency=%d over %d instance(s); expect sold=%d",
 		res.Label, r.sku, cfg.Stock, cfg.Buyers, cfg.Quantity, cfg.Concurrency, len(cfg.URLs), res.ExpectedSold)
 
 	buyers, attempts := r.buy(ctx, res)
+	var q1 int64
+	if db != nil {
+		q1, _ = questions(ctx, db.db)
+	}
 
 	m1 := r.scrapeAll(ctx)
 	res.Metrics = diffMetrics(cfg.URLs, m0, m1)
 	summarise(res, cfg, buyers, attempts)
+	if q0 > 0 && q1 > q0 && res.Requests > 0 {
+		res.MySQLPerRequest = float64(q1-q0) / float64(res.Requests)
+	}
 
 	after, err := r.audit(ctx, cfg.URLs[0])
 	if err != nil {

@@ -158,14 +158,14 @@ func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 // WriteTable and WriteMarkdown.
 func tableRows(runs []*Result) (head []string, rows [][]string) {
 	head = []string{"strategy", "result", "sold", "oversold", "lost upd", "orders/s", "p50 ms", "p95 ms", "p99 ms",
-		"201", "409", "429", "other", "conflicts", "lock wait ms", "lock held ms", "orders per hold", "peak RSS MiB"}
+		"201", "409", "429", "other", "conflicts", "lock wait ms", "lock held ms", "orders per hold", "MySQL stmts per request", "peak RSS MiB"}
 	for _, r := range runs {
 		other := r.Requests - r.Statuses["201"] - r.Statuses["200"] - r.Statuses["409"] - r.Statuses["429"]
 		s := r.Metrics.Sum
 		rows = append(rows, []string{r.Label, r.Verdict(), fmt.Sprint(r.Sold), fmt.Sprint(r.Oversold), fmt.Sprint(r.LostUpdates),
 			fmt.Sprintf("%.0f", r.OrdersPerSec), fmt.Sprintf("%.1f", r.Latency.P50), fmt.Sprintf("%.1f", r.Latency.P95), fmt.Sprintf("%.1f", r.Latency.P99),
 			fmt.Sprint(r.Statuses["201"]), fmt.Sprint(r.Statuses["409"]), fmt.Sprint(r.Statuses["429"]), fmt.Sprint(other),
-			fmt.Sprintf("%.0f", s.Conflicts), msOrDash(s.LockWaitMean(), s.LockWaits), msOrDash(s.LockHeldMean(), s.LockHolds), perHold(r.Created, s.LockHolds), r.RSS()})
+			fmt.Sprintf("%.0f", s.Conflicts), msOrDash(s.LockWaitMean(), s.LockWaits), msOrDash(s.LockHeldMean(), s.LockHolds), perHold(r.Created, s.LockHolds), perRequest(r.MySQLPerRequest), r.RSS()})
 	}
 	return head, rows
 }
@@ -174,6 +174,14 @@ func tableRows(runs []*Result) (head []string, rows [][]string) {
 // (redisAddr) servers, for the header of a results file.
 func DetectMachine(ctx context.Context, dsn, redisAddr string) Machine {
 	return machine(ctx, dsn, redisAddr)
+}
+
+// perRequest is MySQL's statements per request, or "-" when not measured.
+func perRequest(n float64) string {
+	if n < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", n)
 }
 
 // perHold is the orders placed per lock hold (the mean batch under

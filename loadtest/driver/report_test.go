@@ -9,9 +9,9 @@ import (
 
 func TestWriteTable(t *testing.T) {
 	runs := []*Result{
-		{Label: "lock+version", Safe: true, Passed: true, Sold: 1000, Requests: 1300, OrdersPerSec: 3760,
+		{Label: "lock+version", Safe: true, Passed: true, Sold: 1000, Requests: 1300, OrdersPerSec: 3760, MySQLPerRequest: 1.25,
 			Statuses: map[string]int{"201": 1000, "409": 250, "429": 40}},
-		{Label: "none", Safe: false, Sold: 1200, Oversold: 200, Requests: 1200, Statuses: map[string]int{"201": 1200}},
+		{Label: "none", Safe: false, Sold: 1200, Oversold: 200, Requests: 1200, MySQLPerRequest: -1, Statuses: map[string]int{"201": 1200}},
 	}
 	var b strings.Builder
 	if err := WriteTable(&b, runs); err != nil {
@@ -22,9 +22,9 @@ func TestWriteTable(t *testing.T) {
 		t.Fatalf("WriteTable wrote %d lines; want a header and 2 rows:\n%s", len(lines), b.String())
 	}
 	for i, want := range [][]string{
-		strings.Fields("strategy result sold oversold lost upd orders/s p50 ms p95 ms p99 ms 201 409 429 other conflicts lock wait ms lock held ms orders per hold peak RSS MiB"),
-		strings.Fields("lock+version PASS 1000 0 0 3760 0.0 0.0 0.0 1000 250 40 10 0 - - - -"),
-		strings.Fields("none FAIL 1200 200 0 0 0.0 0.0 0.0 1200 0 0 0 0 - - - -"),
+		strings.Fields("strategy result sold oversold lost upd orders/s p50 ms p95 ms p99 ms 201 409 429 other conflicts lock wait ms lock held ms orders per hold MySQL stmts per request peak RSS MiB"),
+		strings.Fields("lock+version PASS 1000 0 0 3760 0.0 0.0 0.0 1000 250 40 10 0 - - - 1.25 -"),
+		strings.Fields("none FAIL 1200 200 0 0 0.0 0.0 0.0 1200 0 0 0 0 - - - - -"),
 	} {
 		if got := strings.Fields(lines[i]); !slices.Equal(got, want) {
 			t.Errorf("WriteTable line %d = %q; want the fields %q", i, lines[i], want)

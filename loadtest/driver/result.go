@@ -39,14 +39,18 @@ type Result struct {
 	RateLimitedBuyers int `json:"rate_limited_buyers"`
 	// Problems counts problem details answers by kind ("sold-out", "busy",
 	// "rate-limited", ...).
-	Problems       map[string]int `json:"problems,omitempty"`
-	Created        int            `json:"created"`  // 201s
-	Replayed       int            `json:"replayed"` // 200s (a retry of an order that had been committed)
-	BadEchoes      int            `json:"bad_echoes"`
-	OrdersPerSec   float64        `json:"orders_per_sec"` // 201s per second of the buying phase
-	RequestsPerSec float64        `json:"requests_per_sec"`
-	Latency        Latency        `json:"latency"` // every order request, retries included
-	Timeline       Timeline       `json:"timeline"`
+	Problems     map[string]int `json:"problems,omitempty"`
+	Created      int            `json:"created"`  // 201s
+	Replayed     int            `json:"replayed"` // 200s (a retry of an order that had been committed)
+	BadEchoes    int            `json:"bad_echoes"`
+	OrdersPerSec float64        `json:"orders_per_sec"` // 201s per second of the buying phase
+	// MySQLPerRequest is MySQL's statements (the server's Questions, from
+	// every client: the instances' sweeps too) per order request of the
+	// buying phase; -1: not measured (no MySQLDSN).
+	MySQLPerRequest float64  `json:"mysql_statements_per_request"`
+	RequestsPerSec  float64  `json:"requests_per_sec"`
+	Latency         Latency  `json:"latency"` // every order request, retries included
+	Timeline        Timeline `json:"timeline"`
 	// Crowds is each crowd on its own (only with Config.Crowds).
 	Crowds []CrowdResult `json:"crowds,omitempty"`
 

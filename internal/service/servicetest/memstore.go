@@ -726,9 +726,13 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	at := now()
 	status, expires := newOrderStatus(snap.Stock)
 	for _, i := range plan.Placed {
-		it, fence := b.Items[i], b.Fence
+		it := b.Items[i]
+		var fence *int64 // none for a batch placed without a lock
+		if b.Fence > 0 {
+			fence = &b.Fence
+		}
 		s.orders = append(s.orders, service.Order{Buyer: it.Buyer, Key: it.Key, RequestHash: it.RequestHash, SKU: b.SKU,
-			Quantity: it.Quantity, Status: status, ExpiresAt: cloneDeadline(expires), Fence: &fence, CreatedAt: at})
+			Quantity: it.Quantity, Status: status, ExpiresAt: cloneDeadline(expires), Fence: fence, CreatedAt: at})
 	}
 	s.apply = sale(plan.Total)
 	m.stage(s)
