@@ -75,7 +75,7 @@ var strategyTable = []StrategyInfo{
 	{Name: StrategyCounterCond, Safe: true, Counted: true, Write: WriteConditional, Retries: 20, place: (*Service).placeCountedGuarded,
 		What:    "the Redis counter turns the losers away; its winners combined per SKU and instance, each batch one versioned UPDATE (no lock; the conditional UPDATE while the counter is untrusted); refusals given back, drift reconciled",
 		SafeDoc: "yes",
-		UseWhen: "one hot SKU whose losers vastly outnumber its units: MySQL sees about one order per unit"},
+		UseWhen: "no SKU lock you can run: the fastest lock-free safe strategy on a hot SKU, still well behind `lock+version`"},
 }
 
 // StrategyTable returns the table of every strategy, in the README's order

@@ -213,7 +213,7 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 		case "sellout":
 			sell.title = fmt.Sprintf("Sell-out: %d units, %d buyers x %d, %d concurrent, %d instances",
 				sell.stock, sell.buyers, sell.quantity, sell.concurrency, o.instances)
-			sell.note = fmt.Sprintf("The zero-oversell proof: none must oversell (and be caught by the audit and by MySQL); every other strategy must sell exactly the stock. "+
+			sell.note = fmt.Sprintf("The zero-oversell proof: none and counter (plain writes, nothing serializing them) must be caught by the audit and by MySQL; every other strategy must sell exactly the stock. "+
 				"Every %dth buyer orders as one of %d greedy buyers, with a per-buyer limit of %d units: no buyer may end above it. "+
 				"The per-IP rate limit is on (%s/s, burst %s), each buyer its own address.",
 				demoGreedyEvery, demoGreedyBuyers, 2*sell.quantity, demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
