@@ -145,7 +145,13 @@ func (a *App) openStore(ctx context.Context, cfg Config) error {
 
 // openRedis makes the Redis client (it dials on first use).
 func (a *App) openRedis(cfg Config) {
-	a.Redis = redis.NewUniversalClient(&redis.UniversalOptions{
+	a.Redis = redis.NewUniversalClient(redisOptions(cfg))
+	a.closers = append(a.closers, func() { _ = a.Redis.Close() })
+}
+
+// redisOptions are the Redis client's options of cfg.
+func redisOptions(cfg Config) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
 		Addrs:        cfg.RedisAddrs,
 		MasterName:   cfg.RedisMaster,
 		Password:     cfg.RedisPassword,
@@ -159,8 +165,19 @@ func (a *App) openRedis(cfg Config) {
 		DialerRetries: 1,
 		MaxRetries:    1,
 		PoolSize:      64,
-	})
-	a.closers = append(a.closers, func() { _ = a.Redis.Close() })
+	}
+}
+
+// stockCounter is the Redis stock counter of the counter strategies, on a
+// client of its own that never retries a command: a take or give-back whose
+// reply was lost must come back as an error (settled by the reconcile), not
+// run a second time.
+func (a *App) stockCounter(cfg Config) *stockcounter.Counter {
+	opts := redisOptions(cfg)
+	opts.MaxRetries = -1
+	rdb := redis.NewUniversalClient(opts)
+	a.closers = append(a.closers, func() { _ = rdb.Close() })
+	return stockcounter.New(rdb, cfg.RedisPrefix)
 }
 
 // skuLocker is the SKU lock of cfg.LockBackend (the Redis lock by
@@ -216,7 +233,7 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
 	if cfg.Strategy.Info().Counted {
-		svcCfg.Counter = stockcounter.New(a.Redis, cfg.RedisPrefix)
+		svcCfg.Counter = a.stockCounter(cfg)
 	}
 	a.Service = service.New(svcCfg, a.Store, locker, log, a.Metrics)
 	// Restocks made through other instances end this one's sold-out answers.
@@ -247,7 +264,7 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		MaxBody:      cfg.MaxBody,
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: a.Store.Ping},
-			{Name: "redis", Required: cfg.Strategy.Info().UsesLock && cfg.RejectOnRedis(), Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+			{Name: "redis", Required: (cfg.Strategy.Info().UsesLock || cfg.Strategy.Info().Counted) && cfg.RejectOnRedis(), Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
 		Tokens:         tokens,
 		MaxInflight:    int64(cfg.MaxInflight),

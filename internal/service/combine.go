@@ -47,7 +47,7 @@ func (s *Service) placeBatched(ctx context.Context, d Deduction) (Order, error) 
 	case errors.Is(err, combine.ErrFull):
 		return Order{}, errLineFull(s.cfg.QueueMax)
 	case errors.Is(err, combine.ErrGaveUp):
-		return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return Order{}, fmt.Errorf("%w: %w: %w", ErrUnavailable, errNotQueued, ctx.Err())
 	}
 	return o, err
 }

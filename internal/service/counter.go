@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -86,21 +87,37 @@ func (s *Service) placeCounted(ctx context.Context, d Deduction) (Order, error) 
 // losers away, and the orders that pass it are combined per SKU into
 // batches, each placed by one versioned UPDATE without a lock (combine.go);
 // a unit MySQL refused goes back to the counter. While the counter cannot
-// be trusted (missing, Redis down, a lost reply) the order goes to MySQL
-// alone, by the conditional UPDATE, and a refusal of the counter is checked
-// against MySQL's row before it is the answer: every answer is MySQL's.
+// be trusted (missing, or Redis down or a lost reply: the DB-only path of
+// redisdown.go, or a refusal under STOCK_ON_REDIS_DOWN=reject) the order
+// goes to MySQL alone, by the conditional UPDATE, and a refusal of the
+// counter is checked against MySQL's row before it is the answer: every
+// answer is MySQL's.
 func (s *Service) placeCountedGuarded(ctx context.Context, d Deduction) (Order, error) {
 	d.Write = WriteConditional
-	got, err := s.cfg.Counter.Take(ctx, d.SKU, d.Buyer, d.Quantity)
-	s.metrics.CounterTake(takeNames[got.Answer], err)
-	switch {
-	case err != nil: // the take may or may not have happened: the reconcile settles it
+	if s.skipLock() { // Redis failed within redisBackoff: MySQL alone, as lock+version does
 		s.counters.suspect(d.SKU)
-		return s.placeRetrying(ctx, d)
-	case got.Answer == TakeMissing:
-		if serr := s.seedCounter(ctx, d.SKU); serr != nil && !errors.Is(serr, ErrUnknownSKU) {
+		return s.placeWithoutRedis(ctx, d, nil)
+	}
+	got, err := s.cfg.Counter.Take(ctx, d.SKU, d.Buyer, d.Quantity)
+	if err == nil && got.Answer == TakeMissing { // seeded from MySQL's row (or by another instance), then taken from
+		if serr := s.seedCounter(ctx, d.SKU); serr == nil {
+			got, err = s.cfg.Counter.Take(ctx, d.SKU, d.Buyer, d.Quantity)
+		} else if !errors.Is(serr, ErrUnknownSKU) {
 			s.log.WarnContext(ctx, "stock counter not seeded", "sku", d.SKU, "err", serr)
 		}
+	}
+	s.metrics.CounterTake(takeNames[got.Answer], err)
+	switch {
+	case err != nil && ctx.Err() != nil: // the client left: not Redis's fault
+		s.counters.suspect(d.SKU)
+		return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case err != nil: // the take may or may not have happened: the reconcile settles it
+		s.counters.suspect(d.SKU)
+		return s.placeWithoutRedis(ctx, d, err)
+	}
+	s.redisUp(ctx)
+	switch {
+	case got.Answer == TakeMissing: // still missing (or an unknown SKU): MySQL alone
 		return s.placeRetrying(ctx, d)
 	case got.Answer == TakeSoldOut:
 		return s.soldOutByMySQL(ctx, d)
@@ -125,6 +142,9 @@ func (s *Service) soldOutByMySQL(ctx context.Context, d Deduction) (Order, error
 	switch {
 	case err != nil:
 		return Order{}, err
+	}
+	s.seqs.learn(d.SKU, st.RestockSeq)
+	switch {
 	case prev != nil:
 		return Order{}, ErrDuplicateKey
 	case st.Available < int64(d.Quantity):
@@ -142,16 +162,19 @@ func (s *Service) settleTake(ctx context.Context, d Deduction, err error) {
 	switch {
 	case err == nil:
 		return
-	case errors.Is(err, ErrSoldOut), errors.Is(err, ErrLimitExceeded), errors.As(err, &restocked),
-		errors.Is(err, ErrDuplicateKey), errors.Is(err, ErrUnknownSKU), errors.Is(err, ErrBusy), errors.Is(err, ErrConflict):
+	case errors.Is(err, ErrSoldOut), errors.Is(err, ErrLimitExceeded), errors.As(err, &restocked), errors.Is(err, ErrDuplicateKey),
+		errors.Is(err, ErrUnknownSKU), errors.Is(err, ErrBusy), errors.Is(err, ErrConflict), errors.Is(err, errNotQueued):
 		gctx, cancel := s.writeCtx(ctx)
 		defer cancel()
-		if _, gerr := s.cfg.Counter.Give(gctx, d.SKU, d.Buyer, int64(d.Quantity)); gerr != nil {
+		given, gerr := s.cfg.Counter.Give(gctx, d.SKU, d.Buyer, int64(d.Quantity))
+		if gerr != nil {
 			s.counters.suspect(d.SKU)
 			s.log.WarnContext(ctx, "stock counter: units not given back; the reconcile repairs it", "sku", d.SKU, "err", gerr)
 			return
 		}
-		s.metrics.CounterGivenBack(int64(d.Quantity))
+		if given {
+			s.metrics.CounterGivenBack(int64(d.Quantity))
+		}
 	default:
 		s.counters.suspect(d.SKU)
 	}
@@ -166,6 +189,7 @@ func (s *Service) seedCounter(ctx context.Context, sku string) error {
 	if err != nil {
 		return err
 	}
+	s.seqs.learn(sku, st.RestockSeq)
 	seeded, err := s.cfg.Counter.Seed(rctx, sku, st.Available, st.PerBuyerLimit)
 	if err != nil {
 		return err
@@ -267,9 +291,10 @@ func (c *counterStates) observe(sku string, mysql, counter int64) (repair bool) 
 }
 
 // RunCounterReconcile runs ReconcileCounters every interval (default
-// DefaultCounterReconcile) until ctx ends.
+// DefaultCounterReconcile) until ctx ends: under counter+conditional only
+// (`counter` trusts its counter, as the simple versions do).
 func (s *Service) RunCounterReconcile(ctx context.Context, interval time.Duration) {
-	if s.cfg.Counter == nil {
+	if s.cfg.Counter == nil || !s.info.Safe {
 		return
 	}
 	if interval <= 0 {

@@ -58,6 +58,10 @@ var (
 // when the request's context ended).
 var ErrLockNotObtained = errors.New("service: SKU lock not obtained in time")
 
+// errNotQueued is an order whose client gave up before a batch took it:
+// certainly not placed.
+var errNotQueued = errors.New("service: the client gave up before the order was queued")
+
 // errSoldOutKeyRead is ErrSoldOut from a read of the stock row that read
 // the order's key too (none): answerRefusal need not look it up again.
 var errSoldOutKeyRead = fmt.Errorf("%w (its key has no order)", ErrSoldOut)

@@ -215,7 +215,7 @@ func (s *Service) precheck(ctx context.Context, r PlaceRequest, fast bool) (Stoc
 // for up to BatchMax orders instead of one per order), a key with an order
 // is answered as a replay, and sold-out traffic is kept out of the queue by
 // the sold-out fast path, learnt from the first sold-out answer. Without
-// the fast path the pre-check keeps sold-out traffic out Under the
+// the fast path the pre-check keeps sold-out traffic out. Under the
 // counter strategies the counter keeps it out (counter.go).
 func (s *Service) skipsPrecheck() bool {
 	return s.cfg.Strategy == StrategyLockVersion && s.cfg.BatchMax > 1 && s.soldOut != nil || s.info.Counted

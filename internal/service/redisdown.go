@@ -36,14 +36,14 @@ func (s *Service) redisFailed(ctx context.Context, err error) {
 		if s.cfg.RejectOnRedisDown {
 			s.log.ErrorContext(ctx, "redis unreachable: orders are refused with 503 until it answers", "mode", "reject", "err", err)
 		} else {
-			s.log.ErrorContext(ctx, "redis unreachable: orders bypass the lock (DB-only conditional UPDATE)", "mode", "db-only", "err", err)
+			s.log.ErrorContext(ctx, "redis unreachable: orders bypass Redis (DB-only conditional UPDATE)", "mode", "db-only", "err", err)
 		}
 	}
 }
 
 func (s *Service) redisUp(ctx context.Context) {
 	if s.redisDown.Swap(false) {
-		s.log.InfoContext(ctx, "redis reachable again: orders take the lock")
+		s.log.InfoContext(ctx, "redis reachable again: orders go through Redis")
 	}
 }
 

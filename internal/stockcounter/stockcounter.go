@@ -98,8 +98,11 @@ var (
 // buyer stays within its limit, both in one step.
 func (c *Counter) Take(ctx context.Context, sku, buyer string, q int) (service.TakeResult, error) {
 	r, err := takeScript.Run(ctx, c.rdb, []string{c.Key(sku)}, buyerField(buyer), q).Int64Slice()
-	if err != nil || len(r) == 0 {
+	switch {
+	case err != nil:
 		return service.TakeResult{}, fmt.Errorf("stockcounter: take: %w", err)
+	case len(r) == 0:
+		return service.TakeResult{}, errors.New("stockcounter: take: an empty reply")
 	}
 	switch r[0] {
 	case 1:
