@@ -116,13 +116,14 @@ func (s *Service) placeCountedGuarded(ctx context.Context, d Deduction) (Order, 
 		return s.placeWithoutRedis(ctx, d, err)
 	}
 	s.redisUp(ctx)
-	switch {
-	case got.Answer == TakeMissing: // still missing (or an unknown SKU): MySQL alone
+	switch got.Answer {
+	case TakeMissing: // still missing (or an unknown SKU): MySQL alone
 		return s.placeRetrying(ctx, d)
-	case got.Answer == TakeSoldOut:
+	case TakeSoldOut:
 		return s.soldOutByMySQL(ctx, d)
-	case got.Answer == TakeOverLimit: // MySQL holds the exact allowance
+	case TakeOverLimit: // MySQL holds the exact allowance
 		return s.placeRetrying(ctx, d)
+	case Taken:
 	}
 	o, err := s.placeBatched(ctx, d)
 	s.settleTake(ctx, d, err)
