@@ -177,3 +177,23 @@ func TestCounterRestockAndReturn(t *testing.T) {
 		t.Fatalf("counter after the cancel of 3 of 7 = %d; want 7", got)
 	}
 }
+
+// A take that failed because the client left is not Redis down: the order
+// is answered unavailable, and the next order still goes through the
+// counter (Redis down would send the instance to MySQL alone for a while).
+func TestCounterClientGoneIsNotRedisDown(t *testing.T) {
+	t.Parallel()
+	u := counted(t, service.StrategyCounterCond, 5, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	u.counter.Fail(1, context.Canceled)
+	if _, _, err := u.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: "k1", SKU: u.sku, Quantity: 1}); !errors.Is(err, service.ErrUnavailable) {
+		t.Fatalf("order whose client left during the take = %v; want unavailable", err)
+	}
+	if _, err := u.order(t, "b2", "k2", 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := u.counterLeft(t); got != 4 {
+		t.Fatalf("counter after the next order = %d; want 4 (taken from: Redis was never down)", got)
+	}
+}
