@@ -95,7 +95,7 @@ func (s *Service) placeCounted(ctx context.Context, d Deduction) (Order, error) 
 func (s *Service) placeCountedGuarded(ctx context.Context, d Deduction) (Order, error) {
 	d.Write = WriteConditional
 	if s.skipLock() { // Redis failed within redisBackoff: MySQL alone, as lock+version does
-		s.counters.suspect(d.SKU)
+		s.counters.track(d.SKU)
 		return s.placeWithoutRedis(ctx, d, nil)
 	}
 	got, err := s.cfg.Counter.Take(ctx, d.SKU, d.Buyer, d.Quantity)
@@ -109,10 +109,10 @@ func (s *Service) placeCountedGuarded(ctx context.Context, d Deduction) (Order, 
 	s.metrics.CounterTake(takeNames[got.Answer], err)
 	switch {
 	case err != nil && ctx.Err() != nil: // the client left: not Redis's fault
-		s.counters.suspect(d.SKU)
+		s.counters.track(d.SKU)
 		return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case err != nil: // the take may or may not have happened: the reconcile settles it
-		s.counters.suspect(d.SKU)
+		s.counters.track(d.SKU)
 		return s.placeWithoutRedis(ctx, d, err)
 	}
 	s.redisUp(ctx)
@@ -151,7 +151,7 @@ func (s *Service) soldOutByMySQL(ctx context.Context, d Deduction) (Order, error
 	case st.Available < int64(d.Quantity):
 		return Order{}, errSoldOutKeyRead
 	}
-	s.counters.suspect(d.SKU)
+	s.counters.track(d.SKU)
 	return s.placeBatched(ctx, d)
 }
 
@@ -169,7 +169,7 @@ func (s *Service) settleTake(ctx context.Context, d Deduction, err error) {
 		defer cancel()
 		given, gerr := s.cfg.Counter.Give(gctx, d.SKU, d.Buyer, int64(d.Quantity))
 		if gerr != nil {
-			s.counters.suspect(d.SKU)
+			s.counters.track(d.SKU)
 			s.log.WarnContext(ctx, "stock counter: units not given back; the reconcile repairs it", "sku", d.SKU, "err", gerr)
 			return
 		}
@@ -177,7 +177,7 @@ func (s *Service) settleTake(ctx context.Context, d Deduction, err error) {
 			s.metrics.CounterGivenBack(int64(d.Quantity))
 		}
 	default:
-		s.counters.suspect(d.SKU)
+		s.counters.track(d.SKU)
 	}
 }
 
@@ -191,11 +191,17 @@ func (s *Service) seedCounter(ctx context.Context, sku string) error {
 		return err
 	}
 	s.seqs.learn(sku, st.RestockSeq)
-	seeded, err := s.cfg.Counter.Seed(rctx, sku, st.Available, st.PerBuyerLimit)
+	return s.seedFrom(rctx, st)
+}
+
+// seedFrom creates st's SKU's counter from st, unless it exists, and
+// tracks the SKU for the reconcile.
+func (s *Service) seedFrom(ctx context.Context, st Stock) error {
+	seeded, err := s.cfg.Counter.Seed(ctx, st.SKU, st.Available, st.PerBuyerLimit)
 	if err != nil {
 		return err
 	}
-	s.counters.seen(sku)
+	s.counters.track(st.SKU)
 	if seeded {
 		s.metrics.CounterSeeded()
 	}
@@ -210,14 +216,14 @@ func (s *Service) counterRestocked(ctx context.Context, st Stock) {
 		return
 	}
 	if err := s.cfg.Counter.Drop(ctx, st.SKU); err != nil {
-		s.counters.suspect(st.SKU)
+		s.counters.track(st.SKU)
 		s.log.WarnContext(ctx, "stock counter not dropped after a restock; the reconcile repairs it", "sku", st.SKU, "err", err)
 		return
 	}
-	if _, err := s.cfg.Counter.Seed(ctx, st.SKU, st.Available, st.PerBuyerLimit); err != nil {
+	if err := s.seedFrom(ctx, st); err != nil {
+		s.counters.track(st.SKU)
 		s.log.WarnContext(ctx, "stock counter not seeded after a restock; the next order seeds it", "sku", st.SKU, "err", err)
 	}
-	s.counters.seen(st.SKU)
 }
 
 // counterReturned gives a lifecycle return's units back to the counter (a
@@ -227,7 +233,7 @@ func (s *Service) counterReturned(ctx context.Context, r Return) {
 		return
 	}
 	if _, err := s.cfg.Counter.Give(context.WithoutCancel(ctx), r.SKU, "", r.Units); err != nil {
-		s.counters.suspect(r.SKU)
+		s.counters.track(r.SKU)
 		s.log.WarnContext(ctx, "stock counter: returned units not given back; the reconcile repairs it", "sku", r.SKU, "err", err)
 	}
 }
@@ -236,32 +242,28 @@ func (s *Service) counterReturned(ctx context.Context, r Return) {
 var takeNames = [...]string{TakeMissing: "missing", Taken: "taken", TakeSoldOut: "sold_out", TakeOverLimit: "over_limit"}
 
 // counterStates is what the reconcile knows of each SKU this instance
-// counted: the last disagreement it saw, to repair it when the next round
-// sees the same one (a quiet SKU), and whether an unknown outcome asks for
-// a round soon.
+// counted (took from, seeded, or met an unknown outcome on): the last
+// reading, so a disagreement is repaired when the next round reads the
+// same one (a quiet SKU).
 type counterStates struct {
 	mu   sync.Mutex
-	skus map[string]*counterState
+	skus map[string]counterReading
 }
 
-type counterState struct {
-	seenMySQL, seenCounter int64
-	disagree               bool
-}
+// counterReading is one round's available counts of a SKU.
+type counterReading struct{ mysql, counter int64 }
 
-func (c *counterStates) seen(sku string) {
+// track adds sku to the SKUs the reconcile checks.
+func (c *counterStates) track(sku string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.skus == nil {
-		c.skus = make(map[string]*counterState)
+		c.skus = make(map[string]counterReading)
 	}
-	if c.skus[sku] == nil {
-		c.skus[sku] = &counterState{}
+	if _, ok := c.skus[sku]; !ok {
+		c.skus[sku] = counterReading{}
 	}
 }
-
-// suspect records sku as counted; the next rounds check it.
-func (c *counterStates) suspect(sku string) { c.seen(sku) }
 
 func (c *counterStates) list() []string {
 	c.mu.Lock()
@@ -273,21 +275,20 @@ func (c *counterStates) list() []string {
 	return out
 }
 
-// observe records one round's reading of sku and reports whether the
-// previous round read the same disagreement (time to repair it).
-func (c *counterStates) observe(sku string, mysql, counter int64) (repair bool) {
+// observe records one round's reading of a tracked sku and reports whether
+// the previous round read the same disagreement (time to repair it).
+func (c *counterStates) observe(sku string, r counterReading) (repair bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.skus[sku]
-	if st == nil {
+	last, ok := c.skus[sku]
+	if !ok {
 		return false
 	}
-	if mysql == counter {
-		*st = counterState{}
-		return false
+	repair = r.mysql != r.counter && r == last
+	if repair {
+		r = counterReading{} // repaired: the next disagreement starts afresh
 	}
-	repair = st.disagree && st.seenMySQL == mysql && st.seenCounter == counter
-	*st = counterState{seenMySQL: mysql, seenCounter: counter, disagree: !repair}
+	c.skus[sku] = r
 	return repair
 }
 
@@ -356,7 +357,7 @@ func (s *Service) reconcileCounter(ctx context.Context, sku string) (bool, error
 	if err != nil || !ok || after != before { // an order moved it meanwhile: next round
 		return false, err
 	}
-	if !s.counters.observe(sku, st.Available, after) {
+	if !s.counters.observe(sku, counterReading{mysql: st.Available, counter: after}) {
 		return false, nil
 	}
 	repaired, err := s.cfg.Counter.Repair(rctx, sku, after, st.Available)

@@ -43,7 +43,7 @@ func (s *Service) SetStock(ctx context.Context, sku string, set StockSetting) (S
 		s.seqs.learn(sku, st.RestockSeq)
 		s.counterRestocked(wctx, st)
 	} else if s.cfg.Counter != nil { // the write may have committed: the reconcile checks
-		s.counters.suspect(sku)
+		s.counters.track(sku)
 	}
 	if s.cfg.Events != nil {
 		if perr := s.cfg.Events.StockChanged(wctx, sku, max(st.RestockSeq, s.seqs.known(sku))); perr != nil {

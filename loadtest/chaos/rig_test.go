@@ -183,15 +183,29 @@ func (r *rig) wait(out <-chan outcome) *driver.Result {
 // waitSold waits until the SKU's stock row says at least n units are sold.
 func (r *rig) waitSold(ctx context.Context, n int64) {
 	r.t.Helper()
+	r.waitAtLeast(ctx, "units sold", "SELECT sold FROM stock WHERE sku = ?", n)
+}
+
+// waitOrders waits until the SKU has at least n orders (the count the
+// unsafe counter's plain writes cannot lose, unlike the row's sold).
+func (r *rig) waitOrders(ctx context.Context, n int64) {
+	r.t.Helper()
+	r.waitAtLeast(ctx, "orders", "SELECT COUNT(*) FROM orders WHERE sku = ?", n)
+}
+
+// waitAtLeast waits, for at most 60s, until query (of the rig's SKU)
+// returns at least n.
+func (r *rig) waitAtLeast(ctx context.Context, what, query string, n int64) {
+	r.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var sold int64
-		err := r.db.QueryRowContext(ctx, "SELECT sold FROM stock WHERE sku = ?", r.sku).Scan(&sold)
-		if err == nil && sold >= n {
+		var got int64
+		err := r.db.QueryRowContext(ctx, query, r.sku).Scan(&got)
+		if err == nil && got >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("waiting for %d units sold of %s: sold %d, %v\n%s", n, r.sku, sold, err, r.fleet.Logs())
+			r.t.Fatalf("waiting for %d %s of %s: %d, %v\n%s", n, what, r.sku, got, err, r.fleet.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

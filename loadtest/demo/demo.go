@@ -590,14 +590,7 @@ func counterVsLock(counted, lv *driver.Result) string {
 	return fmt.Sprintf("one hot SKU, counter+conditional vs lock+version: %.0f vs %.0f orders/s (%.2fx), p99 %.1f vs %.1f ms, "+
 		"MySQL statements per request %s vs %s; %s places more orders/s here.",
 		counted.OrdersPerSec, lv.OrdersPerSec, counted.OrdersPerSec/lv.OrdersPerSec, counted.Latency.P99, lv.Latency.P99,
-		perRequestText(counted.MySQLPerRequest), perRequestText(lv.MySQLPerRequest), winner)
-}
-
-func perRequestText(n float64) string {
-	if n < 0 {
-		return "unmeasured"
-	}
-	return fmt.Sprintf("%.2f", n)
+		driver.PerRequest(counted.MySQLPerRequest), driver.PerRequest(lv.MySQLPerRequest), winner)
 }
 
 func dbSafe(s string) string {

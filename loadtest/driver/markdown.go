@@ -165,7 +165,7 @@ func tableRows(runs []*Result) (head []string, rows [][]string) {
 		rows = append(rows, []string{r.Label, r.Verdict(), fmt.Sprint(r.Sold), fmt.Sprint(r.Oversold), fmt.Sprint(r.LostUpdates),
 			fmt.Sprintf("%.0f", r.OrdersPerSec), fmt.Sprintf("%.1f", r.Latency.P50), fmt.Sprintf("%.1f", r.Latency.P95), fmt.Sprintf("%.1f", r.Latency.P99),
 			fmt.Sprint(r.Statuses["201"]), fmt.Sprint(r.Statuses["409"]), fmt.Sprint(r.Statuses["429"]), fmt.Sprint(other),
-			fmt.Sprintf("%.0f", s.Conflicts), msOrDash(s.LockWaitMean(), s.LockWaits), msOrDash(s.LockHeldMean(), s.LockHolds), perHold(r.Created, s.LockHolds), perRequest(r.MySQLPerRequest), r.RSS()})
+			fmt.Sprintf("%.0f", s.Conflicts), msOrDash(s.LockWaitMean(), s.LockWaits), msOrDash(s.LockHeldMean(), s.LockHolds), perHold(r.Created, s.LockHolds), PerRequest(r.MySQLPerRequest), r.RSS()})
 	}
 	return head, rows
 }
@@ -176,8 +176,9 @@ func DetectMachine(ctx context.Context, dsn, redisAddr string) Machine {
 	return machine(ctx, dsn, redisAddr)
 }
 
-// perRequest is MySQL's statements per request, or "-" when not measured.
-func perRequest(n float64) string {
+// PerRequest formats MySQL's statements per request (Result.MySQLPerRequest),
+// or "-" when not measured.
+func PerRequest(n float64) string {
 	if n < 0 {
 		return "-"
 	}
