@@ -27,6 +27,7 @@ import (
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/skulock/etcdlock"
 	"github.com/seckill/stock/internal/stockcounter"
 	"github.com/seckill/stock/internal/stockevents"
 )
@@ -195,7 +196,9 @@ func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error)
 	a.closers = append(a.closers, func() { _ = locks.Close() })
 	l, closeLocks, err := skulock.Open(ctx, skulock.Config{Backend: cfg.LockBackend, Locks: locks, Redis: a.Redis,
 		Prefix: cfg.RedisPrefix, MySQLDSN: cfg.MySQLDSN, RedlockAddrs: cfg.RedlockAddrs, RedisPassword: cfg.RedisPassword,
-		NodeTimeout: cfg.RedlockNodeTimeout, Lease: cfg.LockWatchdog, Lost: func() { m.Lock("lost", 0) }})
+		NodeTimeout: cfg.RedlockNodeTimeout, Lease: cfg.LockWatchdog, Lost: func() { m.Lock("lost", 0) },
+		Etcd: etcdlock.ClientConfig{Endpoints: cfg.EtcdEndpoints, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
+			CA: cfg.EtcdCA, Cert: cfg.EtcdCert, Key: cfg.EtcdKey, DialTimeout: cfg.EtcdDialTimeout}})
 	if err != nil {
 		return nil, err
 	}

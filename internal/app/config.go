@@ -80,6 +80,25 @@ type Config struct {
 	// `redlock`: bound of each master's call, and never more than a tenth of
 	// the lease.
 	RedlockNodeTimeout time.Duration `env:"STOCK_REDLOCK_NODE_TIMEOUT" envDefault:"100ms" min:"1ms" nonzero:"true"`
+	// `etcd`: the cluster's members, a comma list of `host:port` or
+	// `http(s)://host:port`.
+	EtcdEndpoints []string `env:"STOCK_ETCD_ENDPOINTS"`
+	// `etcd`: the user, when the cluster has authentication on (then the
+	// connect authenticates at start-up).
+	EtcdUsername string `env:"STOCK_ETCD_USERNAME"`
+	// `etcd`: that user's password.
+	EtcdPassword string `env:"STOCK_ETCD_PASSWORD"`
+	// `etcd`: PEM file of the CA that signed the members' certificates;
+	// any of the three TLS files set turns TLS on (or `https://` endpoints).
+	EtcdCA string `env:"STOCK_ETCD_CA"`
+	// `etcd`: PEM file of this client's certificate (mutual TLS), with
+	// `STOCK_ETCD_KEY`.
+	EtcdCert string `env:"STOCK_ETCD_CERT"`
+	// `etcd`: PEM file of this client's private key.
+	EtcdKey string `env:"STOCK_ETCD_KEY"`
+	// `etcd`: bound of the connect, of each lease grant and of each release;
+	// past it the cluster counts as down (`STOCK_ON_REDIS_DOWN` applies).
+	EtcdDialTimeout time.Duration `env:"STOCK_ETCD_DIAL_TIMEOUT" envDefault:"2s" min:"1ms" nonzero:"true"`
 	// On a Redis Cluster, how unlock messages go: `auto` adds
 	// SPUBLISH/SSUBSCRIBE where the cluster has sharded pub/sub (Redis 7+),
 	// as Redisson's default; `classic` keeps to PUBLISH/SUBSCRIBE, for Java
@@ -306,6 +325,7 @@ func (p *checker) lists(c *Config) {
 	}
 	c.RedisAddrs = trim("STOCK_REDIS_ADDRS", c.RedisAddrs)
 	c.RedlockAddrs = trim("STOCK_REDLOCK_ADDRS", c.RedlockAddrs)
+	c.EtcdEndpoints = trim("STOCK_ETCD_ENDPOINTS", c.EtcdEndpoints)
 	proxies := c.TrustedProxies[:0]
 	for _, x := range c.TrustedProxies {
 		if x = strings.TrimSpace(x); x != "" {
@@ -343,6 +363,12 @@ func (p *checker) settings(c *Config) {
 	}
 	if n := len(c.RedlockAddrs); c.LockBackend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
 		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
+	}
+	if c.LockBackend == skulock.BackendEtcd && len(c.EtcdEndpoints) == 0 {
+		p.fail("STOCK_ETCD_ENDPOINTS", "the etcd backend needs the cluster's endpoints")
+	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		p.fail("STOCK_ETCD_CERT", "STOCK_ETCD_CERT and STOCK_ETCD_KEY go together")
 	}
 	if c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecret {
 		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))

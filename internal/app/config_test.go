@@ -89,4 +89,14 @@ func TestLockBackendConfig(t *testing.T) {
 	if err != nil || !slices.Equal(cfg.RedlockAddrs, []string{"a:1", "b:2", "c:3"}) || cfg.RedlockNodeTimeout != 20*time.Millisecond {
 		t.Errorf("redlock over three masters: %v, %v, %v; want [a:1 b:2 c:3], 20ms, nil", cfg.RedlockAddrs, cfg.RedlockNodeTimeout, err)
 	}
+	if _, err := app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": "etcd"})); err == nil || !strings.Contains(err.Error(), "STOCK_ETCD_ENDPOINTS") {
+		t.Errorf("etcd without endpoints: %v; want an error naming STOCK_ETCD_ENDPOINTS", err)
+	}
+	if _, err := app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": "etcd", "STOCK_ETCD_ENDPOINTS": "e:2379", "STOCK_ETCD_CERT": "c.pem"})); err == nil || !strings.Contains(err.Error(), "STOCK_ETCD_CERT") {
+		t.Errorf("etcd with a certificate and no key: %v; want an error naming STOCK_ETCD_CERT", err)
+	}
+	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": "etcd", "STOCK_ETCD_ENDPOINTS": "e1:2379, https://e2:2379", "STOCK_ETCD_DIAL_TIMEOUT": "500ms"}))
+	if err != nil || !slices.Equal(cfg.EtcdEndpoints, []string{"e1:2379", "https://e2:2379"}) || cfg.EtcdDialTimeout != 500*time.Millisecond {
+		t.Errorf("etcd over two endpoints: %v, %v, %v; want [e1:2379 https://e2:2379], 500ms, nil", cfg.EtcdEndpoints, cfg.EtcdDialTimeout, err)
+	}
 }

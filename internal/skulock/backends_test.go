@@ -15,6 +15,7 @@ import (
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/skulock/dbtable"
+	"github.com/seckill/stock/internal/skulock/etcdlock"
 	"github.com/seckill/stock/internal/skulock/redlock"
 	"github.com/seckill/stock/internal/testserver"
 )
@@ -230,6 +231,7 @@ func TestStoreDown(t *testing.T) {
 		{Backend: skulock.BackendSetNX, Redis: rdb},
 		{Backend: skulock.BackendDBTable, MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"},
 		{Backend: skulock.BackendRedlock, RedlockAddrs: []string{dead, dead, dead}},
+		{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}},
 	} {
 		cfg.Lease = 5 * time.Second
 		l, closeFn, err := skulock.Open(context.Background(), cfg)
@@ -247,13 +249,14 @@ func TestStoreDown(t *testing.T) {
 }
 
 // Open refuses what it cannot run: an unknown backend, a backend without a
-// watchdog and no lease, redlock without masters.
+// watchdog and no lease, redlock without masters, etcd without endpoints.
 func TestOpenRefuses(t *testing.T) {
 	for _, cfg := range []skulock.Config{
 		{Backend: "zookeeper", Lease: time.Second},
 		{Backend: skulock.BackendSetNX},
 		{Backend: skulock.BackendRedlock, Lease: time.Second},
 		{Backend: skulock.BackendRedisson},
+		{Backend: skulock.BackendEtcd, Lease: time.Second},
 	} {
 		if _, _, err := skulock.Open(context.Background(), cfg); err == nil {
 			t.Errorf("Open(%+v) = nil error; want one", cfg)
@@ -262,16 +265,18 @@ func TestOpenRefuses(t *testing.T) {
 }
 
 // Close stops everything a backend started: the reaper, background
-// releases, the masters' connections.
+// releases, the masters' connections, etcd's client and watchdogs.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	// The test's own Redis servers are waited for until the test ends.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/seckill/stock/internal/testserver.startProcess.func1"))
 	dsn := migrated(t)
 	ms := threeMasters(t)
+	etcd := testserver.StartEtcd(t, 1)
 	rdb := redis.NewClient(&redis.Options{Addr: ms[0].Addr})
 	defer func() { _ = rdb.Close() }()
 	for _, cfg := range []skulock.Config{
+		{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}},
 		{Backend: skulock.BackendSetNX, Redis: rdb},
 		{Backend: skulock.BackendDBTable, MySQLDSN: dsn},
 		{Backend: skulock.BackendRedlock, RedlockAddrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}},

@@ -14,6 +14,7 @@ import (
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/skulock/etcdlock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -28,7 +29,8 @@ type backend struct {
 // backends returns every backend of skulock.Open on private or per-test
 // stores: the Redis lock and SET NX PX on the shared Redis (keys under a
 // prefix of the test's own), the lock table in a fresh database, Redlock on
-// three redis-servers of its own.
+// three redis-servers of its own, etcd on a single-member cluster of its own
+// (Debian's etcd-server, as a deployment of one would run it).
 func backends(t *testing.T) []backend {
 	t.Helper()
 	prefix := "contract-" + time.Now().Format("150405.000000000") + ":"
@@ -39,6 +41,7 @@ func backends(t *testing.T) []backend {
 	for range 3 {
 		addrs = append(addrs, testserver.StartRedis(t).Addr)
 	}
+	etcd := testserver.StartEtcd(t, 1)
 	open := func(t *testing.T, cfg skulock.Config) service.Locker {
 		t.Helper()
 		cfg.Lease = 10 * time.Second
@@ -70,6 +73,10 @@ func backends(t *testing.T) []backend {
 				// Generous for the race detector on a shared box; a node
 				// that times out counts as down.
 				NodeTimeout: 500 * time.Millisecond})
+		}},
+		{"etcd", func(t *testing.T) service.Locker {
+			return open(t, skulock.Config{Backend: skulock.BackendEtcd, Prefix: prefix,
+				Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}})
 		}},
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock/dbtable"
+	"github.com/seckill/stock/internal/skulock/etcdlock"
 	"github.com/seckill/stock/internal/skulock/redisson"
 	"github.com/seckill/stock/internal/skulock/redlock"
 	"github.com/seckill/stock/internal/skulock/setnx"
@@ -23,11 +24,12 @@ const (
 	BackendSetNX    = "setnx"
 	BackendDBTable  = "dbtable"
 	BackendRedlock  = "redlock"
+	BackendEtcd     = "etcd"
 )
 
 // Backends returns every backend name, the default first.
 func Backends() []string {
-	return []string{BackendRedisson, BackendSetNX, BackendDBTable, BackendRedlock}
+	return []string{BackendRedisson, BackendSetNX, BackendDBTable, BackendRedlock, BackendEtcd}
 }
 
 // ValidBackend reports whether name is a backend of Open.
@@ -48,11 +50,14 @@ type Config struct {
 	RedisPassword string        // redlock: of every master
 	NodeTimeout   time.Duration // redlock: per node call (default redlock.DefaultNodeTimeout)
 
-	// Lease is the lease of a TryLock with lease 0 for the backends without
-	// a watchdog (setnx, dbtable, redlock); required for them.
+	Etcd etcdlock.ClientConfig // etcd: the cluster
+
+	// Lease is the lease of a TryLock with lease 0: for the backends without
+	// a watchdog (setnx, dbtable, redlock) a fixed lease, for etcd the TTL
+	// its watchdog keeps alive; required for them.
 	Lease time.Duration
-	// Lost, if set, is called once for every hold of those backends that
-	// reached its lease deadline unreleased (redisson reports losses
+	// Lost, if set, is called once for every hold of those backends (and
+	// etcd's) that reached its lease deadline unreleased (redisson reports losses
 	// through the lock.Client's own hooks).
 	Lost func()
 }
@@ -105,6 +110,8 @@ func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error)
 			}
 			return err
 		}, nil
+	case BackendEtcd:
+		return openEtcd(cfg)
 	}
 	return nil, nil, fmt.Errorf("skulock: unknown backend %q; want one of %v", cfg.Backend, Backends())
 }
@@ -112,3 +119,24 @@ func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error)
 // DefaultNodeTimeout is the redlock backend's default bound of each
 // master's call.
 const DefaultNodeTimeout = redlock.DefaultNodeTimeout
+
+// openEtcd dials the cluster and returns the etcd locker; its close
+// function closes the client too.
+func openEtcd(cfg Config) (service.Locker, func() error, error) {
+	if len(cfg.Etcd.Endpoints) == 0 {
+		return nil, nil, errors.New("skulock: backend etcd: no endpoints")
+	}
+	if cfg.Etcd.DialTimeout <= 0 {
+		cfg.Etcd.DialTimeout = DefaultEtcdDialTimeout
+	}
+	cli, err := etcdlock.Dial(cfg.Etcd)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := etcdlock.New(cli, cfg.Prefix, cfg.Lease, cfg.Etcd.DialTimeout, cfg.Lost)
+	return l, func() error { return errors.Join(l.Close(), cli.Close()) }, nil
+}
+
+// DefaultEtcdDialTimeout bounds the etcd gate's connect, each lease grant
+// and each release.
+const DefaultEtcdDialTimeout = 2 * time.Second

@@ -87,6 +87,34 @@ func TestK6OnlyInLoadtestProfile(t *testing.T) {
 	}
 }
 
+// The etcd gate can be chosen in the stack: an etcd member (pinned image)
+// under its own profile, and every replica pointed at it.
+func TestEtcdProfile(t *testing.T) {
+	p := loadProject(t, map[string]string{"STOCK_LOCK_BACKEND": "etcd"}, "etcd")
+	e := service(t, p, "etcd")
+	if !slices.Equal(e.Profiles, []string{"etcd"}) {
+		t.Errorf("etcd profiles = %q; want [etcd]", e.Profiles)
+	}
+	if _, tag, _ := strings.Cut(e.Image, ":"); !strings.HasPrefix(e.Image, "quay.io/coreos/etcd:v3.") || strings.Count(tag, ".") != 2 {
+		t.Errorf("etcd image = %q; want quay.io/coreos/etcd:v3.x.y (pinned)", e.Image)
+	}
+	if !slices.Contains(e.Command, "--advertise-client-urls=http://etcd:2379") {
+		t.Errorf("etcd command %q does not advertise http://etcd:2379", e.Command)
+	}
+	for _, r := range replicas {
+		s := service(t, p, r)
+		if got := env(t, s, "STOCK_LOCK_BACKEND"); got != "etcd" {
+			t.Errorf("%s: STOCK_LOCK_BACKEND = %q; want etcd when set so", r, got)
+		}
+		if got := env(t, s, "STOCK_ETCD_ENDPOINTS"); got != "etcd:2379" {
+			t.Errorf("%s: STOCK_ETCD_ENDPOINTS = %q; want etcd:2379", r, got)
+		}
+	}
+	if _, ok := loadProject(t, nil).DisabledServices["etcd"]; !ok {
+		t.Error("etcd is started without --profile etcd")
+	}
+}
+
 func TestHealthchecks(t *testing.T) {
 	p := loadProject(t, nil, "loadtest")
 	for _, tc := range []struct{ service, want string }{

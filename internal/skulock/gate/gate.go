@@ -38,7 +38,7 @@ var (
 type LeaseHold struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	deadline time.Time // carries the monotonic reading
+	deadline atomic.Pointer[time.Time] // carries the monotonic reading
 	fence    int64
 	timer    *time.Timer
 	release  func(ctx context.Context) (held bool, err error)
@@ -58,10 +58,34 @@ const (
 // from ctx without its cancellation: the caller's request may end while a
 // batch it started still writes under the lock.
 func NewLeaseHold(ctx context.Context, deadline time.Time, fence int64, lost func(), release func(context.Context) (bool, error)) *LeaseHold {
-	h := &LeaseHold{deadline: deadline, fence: fence, lost: lost, release: release}
+	h := &LeaseHold{fence: fence, lost: lost, release: release}
+	h.deadline.Store(&deadline)
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	h.timer = time.AfterFunc(time.Until(deadline), h.lose)
+	h.timer = time.AfterFunc(time.Until(deadline), h.expire)
 	return h
+}
+
+// Extend moves the deadline of a hold still held to deadline (a renewal
+// that succeeded: the etcd gate's watchdog). It never revives a lost hold.
+func (h *LeaseHold) Extend(deadline time.Time) {
+	if h.state.Load() != stateHeld {
+		return
+	}
+	h.deadline.Store(&deadline)
+	h.timer.Reset(time.Until(deadline))
+}
+
+// Lose marks the hold lost now (the store said the lease is gone) and
+// cancels its context with ErrLockLost; nothing once released.
+func (h *LeaseHold) Lose() { h.lose() }
+
+// expire is the timer's: lost if the deadline passed, unless an Extend
+// moved it (the timer was then reset).
+func (h *LeaseHold) expire() {
+	if time.Now().Before(*h.deadline.Load()) {
+		return
+	}
+	h.lose()
 }
 
 func (h *LeaseHold) lose() {
@@ -86,7 +110,7 @@ func (h *LeaseHold) Fence() int64 { return h.fence }
 // Err is nil while held, ErrLockLost once the deadline passed, ErrNotHeld
 // once released.
 func (h *LeaseHold) Err() error {
-	if h.state.Load() == stateHeld && !time.Now().Before(h.deadline) {
+	if h.state.Load() == stateHeld && !time.Now().Before(*h.deadline.Load()) {
 		h.lose()
 	}
 	switch h.state.Load() {

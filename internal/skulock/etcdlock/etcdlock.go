@@ -1,0 +1,281 @@
+// Package etcdlock is the SKU lock's etcd gate: a concurrency.Mutex of
+// go.etcd.io/etcd/client/v3 on a session (a lease) of the hold's own.
+//
+// What it adds to the Mutex, for the Mutex's known pitfalls:
+//
+//   - One session per hold. Two Mutexes on one session share one key
+//     (prefix/lease id), and both would "hold" it; a session of its own
+//     makes every hold's key its own.
+//   - A lost lease cancels the hold's context with ErrLockLost. The session's
+//     Done channel is watched, and a watchdog of this package renews the
+//     lease every third of its TTL with KeepAliveOnce and moves the hold's
+//     deadline to the renewal's send time plus the TTL; the hold is lost
+//     when that deadline passes unrenewed, so this side gives up no later
+//     than the cluster's leader can expire the lease, whatever the client
+//     library's own keep-alive believes.
+//   - Release is a compare on the key's create revision (Mutex.IsOwner)
+//     and a delete in one transaction: a stale or retried Unlock never
+//     deletes a newer holder's key.
+//   - The fencing token is the key's create revision. Revisions grow across
+//     the whole cluster (every write takes the next one), the Mutex grants
+//     the lock in create-revision order, and a restart keeps them (the
+//     revision is in the data directory); a cluster rebuilt from nothing
+//     starts again from 1.
+//
+// A TryLock with lease 0 holds on a session with the Locker's TTL, kept
+// alive (the watchdog; STOCK_LOCK_WATCHDOG); with a lease, on a session of
+// that TTL (whole seconds, rounded up) that is never kept alive, and the
+// hold is lost at its local deadline, the lease counted from before the
+// grant was sent.
+//
+// What it cannot promise, as no lease can: a holder paused past its lease,
+// or cut off from the cluster, is lost on this side only when it next looks
+// (its context, Err); a write it had already sent can land after another
+// holder took over. The fence, or the service's versioned UPDATE, is what
+// refuses it.
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/seckill/stock/internal/service"
+	"github.com/seckill/stock/internal/skulock/gate"
+)
+
+// Locker is the service.Locker on an etcd cluster. It is safe for
+// concurrent use; Close waits for its background releases and watchdogs.
+type Locker struct {
+	cli     *clientv3.Client
+	prefix  string
+	ttl     time.Duration // the watchdog's TTL: TryLock's lease 0
+	timeout time.Duration // bound of one grant or release call
+	lost    func()
+	bg      gate.Background
+	stop    chan struct{} // closed by Close: the watchdogs stop renewing
+}
+
+// New returns the locker on cli. Keys are prefix+"etcd-lock/"+gate.Name(sku)
+// +"/"+<lease id in hex>. ttl is the kept-alive session's TTL (TryLock's
+// lease 0); timeout bounds a lease grant and a release (the store is
+// counted as down past it); lost, if set, is called once per hold lost
+// unreleased.
+func New(cli *clientv3.Client, prefix string, ttl, timeout time.Duration, lost func()) *Locker {
+	return &Locker{cli: cli, prefix: prefix, ttl: ttl, timeout: timeout, lost: lost, stop: make(chan struct{})}
+}
+
+// Prefix is the Mutex prefix of sku's lock.
+func (l *Locker) Prefix(sku string) string { return l.prefix + "etcd-lock/" + gate.Name(sku) }
+
+// TryLock takes sku's lock within wait (the Mutex's queue is fair: waiters
+// get it in the order they asked), for lease (0: kept alive). Errors:
+// service.ErrLockNotObtained (joined with ctx's error when ctx ended), or a
+// wrapped etcd error (the cluster could not be asked: no quorum, no
+// member reachable).
+func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
+	keep := lease <= 0
+	if keep {
+		lease = l.ttl
+	}
+	sent := time.Now()
+	sess, err := l.session(ctx, lease, keep)
+	if err != nil {
+		return nil, err
+	}
+	m := concurrency.NewMutex(sess, l.Prefix(sku))
+	fence, err := l.acquire(ctx, m, wait)
+	if err != nil {
+		l.bg.Run(func() { l.revoke(sess) })
+		return nil, err
+	}
+	release := func(ctx context.Context) (bool, error) {
+		defer l.bg.Run(func() { l.revoke(sess) })
+		return Release(ctx, l.cli, m)
+	}
+	h := gate.NewLeaseHold(ctx, sent.Add(lease), fence, l.lost, release)
+	if keep {
+		l.bg.Run(func() { l.watchdog(h, sess, lease) })
+	}
+	return h, nil
+}
+
+// session grants a lease of ttl (whole seconds, rounded up) and returns a
+// session on it, kept alive by the client library only when keep is set.
+func (l *Locker) session(ctx context.Context, ttl time.Duration, keep bool) (*concurrency.Session, error) {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	gctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	g, err := l.cli.Grant(gctx, secs)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errors.Join(service.ErrLockNotObtained, ctx.Err())
+		}
+		return nil, fmt.Errorf("etcd: grant a lease: %w", err)
+	}
+	sctx := context.Background()
+	if !keep {
+		// A session whose keep-alive stops at once: the lease runs out.
+		var stop context.CancelFunc
+		sctx, stop = context.WithCancel(sctx)
+		stop()
+	}
+	sess, err := concurrency.NewSession(l.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(int(secs)), concurrency.WithContext(sctx))
+	if err != nil {
+		return nil, fmt.Errorf("etcd: session on lease %x: %w", g.ID, err)
+	}
+	return sess, nil
+}
+
+// acquire locks m within wait and returns the fence: the create revision
+// of m's key.
+func (l *Locker) acquire(ctx context.Context, m *concurrency.Mutex, wait time.Duration) (int64, error) {
+	if wait <= 0 {
+		err := m.TryLock(ctx)
+		switch {
+		case errors.Is(err, concurrency.ErrLocked):
+			return 0, service.ErrLockNotObtained
+		case err != nil:
+			return 0, l.callErr(ctx, "try lock", err)
+		}
+		return m.Header().Revision, nil // the put's own revision: a fresh key
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := m.Lock(wctx); err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return 0, service.ErrLockNotObtained
+		}
+		return 0, l.callErr(ctx, "lock", err)
+	}
+	// Lock's header is the revision of its last read, not of the key: ask
+	// for the key, on the condition that it is still ours.
+	resp, err := l.cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpGet(m.Key())).Commit()
+	if err != nil || !resp.Succeeded {
+		_ = l.deleteOwn(m)
+		if err == nil {
+			return 0, fmt.Errorf("etcd: %q lost right after it was taken: %w", m.Key(), gate.ErrLockLost)
+		}
+		return 0, l.callErr(ctx, "read the lock's key", err)
+	}
+	return resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision, nil
+}
+
+// callErr maps a call's error: the caller's context ending is
+// ErrLockNotObtained joined with it; anything else is the store's error.
+func (l *Locker) callErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(service.ErrLockNotObtained, ctx.Err())
+	}
+	return fmt.Errorf("etcd: %s: %w", what, err)
+}
+
+// Release deletes m's key if it still has the create revision m made it
+// with (one transaction), and reports whether it did. Unlike the Mutex's
+// own Unlock (a plain delete of the key), a resent or stale release never
+// deletes a key that a later Lock on the same session made again.
+func Release(ctx context.Context, cli *clientv3.Client, m *concurrency.Mutex) (bool, error) {
+	resp, err := cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpDelete(m.Key())).Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcd: unlock %q: %w", m.Key(), err)
+	}
+	return resp.Succeeded, nil
+}
+
+// deleteOwn deletes m's key if it is still m's (the undo of an acquire
+// that cannot be completed).
+func (l *Locker) deleteOwn(m *concurrency.Mutex) error {
+	ctx, cancel := context.WithTimeout(context.Background(), gate.CleanupTimeout)
+	defer cancel()
+	_, err := Release(ctx, l.cli, m)
+	return err
+}
+
+// revoke ends sess and revokes its lease (which deletes any key left on
+// it), bounded by the clean-up timeout.
+func (l *Locker) revoke(sess *concurrency.Session) {
+	sess.Orphan()
+	ctx, cancel := context.WithTimeout(context.Background(), gate.CleanupTimeout)
+	defer cancel()
+	_, _ = l.cli.Revoke(ctx, sess.Lease())
+}
+
+// watchdog renews the lease of h every third of ttl until h ends, moving
+// h's deadline to each renewal's send time plus the TTL the leader
+// granted; the hold is lost when the session ends (its lease is gone) or
+// a renewal finds the lease gone.
+func (l *Locker) watchdog(h *gate.LeaseHold, sess *concurrency.Session, ttl time.Duration) {
+	tick := time.NewTicker(ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.Context().Done():
+			return
+		case <-l.stop:
+			return
+		case <-sess.Done():
+			h.Lose()
+			return
+		case <-tick.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(h.Context(), ttl/3)
+		resp, err := l.cli.KeepAliveOnce(ctx, sess.Lease())
+		cancel()
+		switch {
+		case err == nil && resp.TTL > 0:
+			h.Extend(sent.Add(time.Duration(resp.TTL) * time.Second))
+		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			h.Lose()
+			return
+		}
+		// Any other error: the deadline stands; the next tick tries again.
+	}
+}
+
+// Close stops the watchdogs (a hold still held then runs out at its
+// deadline) and waits for the background releases and revocations.
+func (l *Locker) Close() error {
+	close(l.stop)
+	l.bg.Wait()
+	return nil
+}
+
+// ClientConfig is how to reach the cluster (the STOCK_ETCD_* settings).
+type ClientConfig struct {
+	// Endpoints are host:port or http(s)://host:port, as etcdctl takes them.
+	Endpoints          []string
+	Username, Password string
+	// CA, Cert and Key are PEM files: the CA that signed the members'
+	// certificates, and this client's certificate and key (mutual TLS).
+	// Any of them set turns TLS on.
+	CA, Cert, Key string
+	DialTimeout   time.Duration
+}
+
+// Dial returns a client of the cluster. Without a username it connects
+// lazily (a cluster that is down makes the calls fail, not Dial); with
+// one, Dial authenticates, and fails past DialTimeout.
+func Dial(cfg ClientConfig) (*clientv3.Client, error) {
+	c := clientv3.Config{Endpoints: cfg.Endpoints, Username: cfg.Username, Password: cfg.Password,
+		DialTimeout: cfg.DialTimeout, Logger: zap.NewNop()}
+	if cfg.CA != "" || cfg.Cert != "" || cfg.Key != "" {
+		tlsCfg, err := (transport.TLSInfo{TrustedCAFile: cfg.CA, CertFile: cfg.Cert, KeyFile: cfg.Key}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd: TLS: %w", err)
+		}
+		c.TLS = tlsCfg
+	}
+	cli, err := clientv3.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: connect to %v: %w", cfg.Endpoints, err)
+	}
+	return cli, nil
+}
