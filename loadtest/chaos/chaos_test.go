@@ -44,6 +44,7 @@ var scenarios = []scenario{
 	{"11a", "SIGSTOP the lock holder past its lease, setnx", false, pauseBackend("setnx")},
 	{"11b", "SIGSTOP the lock holder past its lease, dbtable", false, pauseBackend("dbtable")},
 	{"11c", "SIGSTOP the lock holder past its lease, redlock", false, pauseBackend("redlock")},
+	{"11d", "SIGSTOP the lock holder past its lease, etcd", false, pauseBackend("etcd")},
 	{"12", "one of three Redlock masters killed", true, redlockMasterKilled},
 	{"13", "clock jump, then a pause, on one Redlock master", false, redlockClockJump},
 	{"14", "MariaDB killed and restarted, dbtable", false, dbtableMariaDBRestart},
@@ -59,6 +60,9 @@ var scenarios = []scenario{
 	{"21b", "Redis stock counter: a failover that loses acknowledged decrements", false, counterRow("counter+conditional", true, loseDecrements)},
 	{"22a", "Redis stock counter: an instance SIGKILLed between decrement and write", false, counterRow("counter", false, killMidWrite)},
 	{"22b", "Redis stock counter: an instance SIGKILLed between decrement and write", false, counterRow("counter+conditional", false, killMidWrite)},
+	{"23", "etcd gate: the leader killed under load", false, etcdLeaderKilled},
+	{"24", "etcd gate: quorum lost (2 of 3 members down)", true, etcdQuorumLost},
+	{"25", "etcd gate: every member killed and restarted", false, etcdRestartAll},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses

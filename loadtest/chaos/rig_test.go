@@ -62,7 +62,8 @@ type rigConfig struct {
 	redisAddr string            // STOCK_REDIS_ADDRS; empty: a redis-server of the rig's own
 	mysqlBase string            // a DSN without a database; empty: the shared MariaDB
 	// backend is STOCK_LOCK_BACKEND (empty: the default, redisson); for
-	// redlock the rig starts three masters of its own.
+	// redlock the rig starts three masters of its own, for etcd a cluster
+	// of three members.
 	backend string
 }
 
@@ -73,6 +74,8 @@ type rig struct {
 	redis *testserver.Redis // nil when redisAddr was given
 	// masters are the Redlock masters (backend redlock only).
 	masters []*testserver.Redis
+	// etcd is the three-member cluster of the etcd backend.
+	etcd *testserver.Etcd
 	rdb     redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
 	dsn     string
 	db      *sql.DB
@@ -124,6 +127,10 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 				addrs = append(addrs, m.Addr)
 			}
 			env["STOCK_REDLOCK_ADDRS"] = strings.Join(addrs, ",")
+		}
+		if rc.backend == skulock.BackendEtcd {
+			r.etcd = testserver.StartEtcd(t, 3)
+			env["STOCK_ETCD_ENDPOINTS"] = strings.Join(r.etcd.Endpoints(), ",")
 		}
 	}
 	f, err := fleet.Start(ctx, fleet.Config{

@@ -75,11 +75,12 @@ func New(cli *clientv3.Client, prefix string, ttl, timeout time.Duration, lost f
 // Prefix is the Mutex prefix of sku's lock.
 func (l *Locker) Prefix(sku string) string { return l.prefix + "etcd-lock/" + gate.Name(sku) }
 
-// TryLock takes sku's lock within wait (the Mutex's queue is fair: waiters
-// get it in the order they asked), for lease (0: kept alive). Errors:
-// service.ErrLockNotObtained (joined with ctx's error when ctx ended), or a
-// wrapped etcd error (the cluster could not be asked: no quorum, no
-// member reachable).
+// TryLock takes sku's lock within wait (past a first try, the Mutex's
+// queue is fair: waiters get it in the order they queued), for lease (0:
+// kept alive). Errors: service.ErrLockNotObtained (joined with ctx's error
+// when ctx ended), or a wrapped etcd error when the cluster did not answer
+// the grant or the first try within the timeout (no quorum, no member
+// reachable).
 func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
 	keep := lease <= 0
 	if keep {
@@ -98,6 +99,8 @@ func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Durat
 	}
 	release := func(ctx context.Context) (bool, error) {
 		defer l.bg.Run(func() { l.revoke(sess) })
+		ctx, cancel := context.WithTimeout(ctx, l.timeout)
+		defer cancel()
 		return Release(ctx, l.cli, m)
 	}
 	h := gate.NewLeaseHold(ctx, sent.Add(lease), fence, l.lost, release)
@@ -135,17 +138,20 @@ func (l *Locker) session(ctx context.Context, ttl time.Duration, keep bool) (*co
 }
 
 // acquire locks m within wait and returns the fence: the create revision
-// of m's key.
+// of m's key. The first try is bounded by the call timeout, so a cluster
+// that does not answer is an error and not a wait that ran out; only a
+// lock held by someone else is waited for (the Mutex's fair queue).
 func (l *Locker) acquire(ctx context.Context, m *concurrency.Mutex, wait time.Duration) (int64, error) {
-	if wait <= 0 {
-		err := m.TryLock(ctx)
-		switch {
-		case errors.Is(err, concurrency.ErrLocked):
-			return 0, service.ErrLockNotObtained
-		case err != nil:
-			return 0, l.callErr(ctx, "try lock", err)
-		}
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	err := m.TryLock(tctx)
+	cancel()
+	switch {
+	case err == nil:
 		return m.Header().Revision, nil // the put's own revision: a fresh key
+	case !errors.Is(err, concurrency.ErrLocked):
+		return 0, l.callErr(ctx, "try lock", err)
+	case wait <= 0:
+		return 0, service.ErrLockNotObtained
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -157,7 +163,9 @@ func (l *Locker) acquire(ctx context.Context, m *concurrency.Mutex, wait time.Du
 	}
 	// Lock's header is the revision of its last read, not of the key: ask
 	// for the key, on the condition that it is still ours.
-	resp, err := l.cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpGet(m.Key())).Commit()
+	rctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	resp, err := l.cli.Txn(rctx).If(m.IsOwner()).Then(clientv3.OpGet(m.Key())).Commit()
 	if err != nil || !resp.Succeeded {
 		_ = l.deleteOwn(m)
 		if err == nil {
