@@ -159,6 +159,11 @@ func (l *Locker) acquire(ctx context.Context, m *concurrency.Mutex, wait time.Du
 		if wctx.Err() != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return 0, service.ErrLockNotObtained
 		}
+		if errors.Is(err, concurrency.ErrSessionExpired) {
+			// The waiter's own lease ran out in the queue (a fixed lease
+			// shorter than the wait): it would hold nothing.
+			return 0, errors.Join(service.ErrLockNotObtained, err)
+		}
 		return 0, l.callErr(ctx, "lock", err)
 	}
 	// Lock's header is the revision of its last read, not of the key: ask
