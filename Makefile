@@ -60,13 +60,13 @@ bench: ## the lock beside bsm/redislock and redsync, then the order batch's writ
 		< $(BENCH_OUT) > docs/results/bench.md
 	rm -f $(BENCH_OUT)
 
-chaos: ## the whole fault matrix and the bots scenario; docs/results/chaos.md (make test runs a short subset)
-	@mkdir -p docs/results && rm -f docs/results/chaos.md.new
+chaos: ## the whole fault matrix, the bots scenario and the lock histories; docs/results/chaos.md, histories.md (make test runs a short subset)
+	@mkdir -p docs/results && rm -f docs/results/chaos.md.new docs/results/histories.md.new
 	@# the flood row's connections wait in the accept queue past STOCK_MAX_CONNS: room for them (as root)
 	-@sysctl -w net.core.somaxconn=65535 net.ipv4.tcp_max_syn_backlog=65535 >/dev/null 2>&1
-	STOCK_CHAOS=full STOCK_CHAOS_REPORT=$(CURDIR)/docs/results/chaos.md.new \
-		$(GO) test -race -count=1 -timeout 20m -run '^(TestChaos|TestBots)$$' ./loadtest/chaos; \
-		status=$$?; if [ -s docs/results/chaos.md.new ]; then mv docs/results/chaos.md.new docs/results/chaos.md; cat docs/results/chaos.md; fi; exit $$status
+	STOCK_CHAOS=full STOCK_CHAOS_REPORT=$(CURDIR)/docs/results/chaos.md.new STOCK_HISTORY_REPORT=$(CURDIR)/docs/results/histories.md.new \
+		$(GO) test -race -count=1 -timeout 40m -run '^(TestChaos|TestBots|TestHistories)$$' ./loadtest/chaos; \
+		status=$$?; for f in chaos histories; do if [ -s docs/results/$$f.md.new ]; then mv docs/results/$$f.md.new docs/results/$$f.md; cat docs/results/$$f.md; fi; done; exit $$status
 
 api-check: ## lint the OpenAPI document with Spectral (spectral:oas and the OWASP API Security ruleset, pinned): no finding, warnings included
 	cd tools/spectral && npm ci --no-audit --no-fund && npm run check

@@ -35,6 +35,10 @@ func TestCheckHandMade(t *testing.T) {
 		// The paused holder's write was refused by the fence: it read 0
 		// before the next holder wrote, and changed nothing.
 		{"the stale holder's write refused", []lockhistory.Op{op(0, 1, 0, refused, 0, 30), op(1, 2, 0, applied, 5, 15), op(1, 3, 1, applied, 31, 40)}, true},
+		// Fencing the write alone leaves a gap: the stale holder (fence 1)
+		// writes after the next holder (fence 2) read but before it wrote;
+		// its fence is still the newest written, so both writes land.
+		{"a write-fenced gap: the stale write lands mid-section", []lockhistory.Op{op(0, 1, 0, applied, 0, 12), op(1, 2, 0, applied, 5, 15)}, false},
 		{"a refused write that read a value never there", []lockhistory.Op{op(0, 1, 3, refused, 0, 10)}, false},
 		// A write whose reply was lost may have landed or not: both
 		// continuations are linearizable.

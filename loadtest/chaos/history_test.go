@@ -316,7 +316,8 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 	b.WriteString("Jepsen's lock workload on each gate, checked with porcupine (internal/lockhistory): " +
 		fmt.Sprintf("%d clients in one process, each on a Locker of its own, take the lock, read a register (a MySQL row), wait, write the value + 1 and release; ", histClients) +
 		"client 0's third critical section meets the fault between its read and its write, and writes without looking at its hold. " +
-		"A history is linearizable when the critical sections can be ordered inside their intervals with each one reading what the previous one wrote.\n\n")
+		"A history is linearizable when the critical sections can be ordered inside their intervals with each one reading what the previous one wrote. "+
+		"Overlapping pairs: applied critical sections whose intervals overlap. Fenced write: UPDATE ... WHERE last_fence < fence. Fenced read and write: the read raises last_fence to the reader's fence first, the write needs last_fence <= its own.\n\n")
 	faults := map[string]bool{}
 	for _, r := range all {
 		faults[r.fault] = true
@@ -334,7 +335,7 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 				cell := "n/a"
 				for _, r := range all {
 					if r.gate == g && r.fault == n && r.fencing == f {
-						cell = fmt.Sprintf("%s (%d ops, %d overlaps, %d refused)", r.verdict, r.verdict.Ops, r.overlaps, r.refused)
+						cell = fmt.Sprintf("%s (%d sections, %d overlapping pairs, %d refused)", r.verdict, r.verdict.Ops, r.overlaps, r.refused)
 					}
 				}
 				fmt.Fprintf(&b, " %s |", cell)
