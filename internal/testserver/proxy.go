@@ -30,10 +30,17 @@ var (
 // (host:port); it is stopped at the end of the test.
 func StartProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
+	return StartProxyOn(t, "127.0.0.1", upstream)
+}
+
+// StartProxyOn starts a proxy on a free port of host (an address of this
+// machine: the host end of a Link, say) to upstream.
+func StartProxyOn(t testing.TB, host, upstream string) *Proxy {
+	t.Helper()
 	proxyServerOnce.Do(func() {
 		proxyServer = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	})
-	p := toxiproxy.NewProxy(proxyServer, fmt.Sprintf("%s-%d", t.Name(), FreePort(t)), "127.0.0.1:0", upstream)
+	p := toxiproxy.NewProxy(proxyServer, fmt.Sprintf("%s-%d", t.Name(), FreePort(t)), host+":0", upstream)
 	if err := p.Start(); err != nil {
 		t.Fatalf("toxiproxy to %s: %v", upstream, err)
 	}
@@ -62,6 +69,11 @@ func (x *Proxy) Cut() error {
 	}
 	return x.add("timeout", "downstream", `{"timeout":0}`)
 }
+
+// CutReplies blackholes the server's side only: requests arrive and are
+// executed, their replies are lost (a COMMIT that landed, its OK never
+// seen), until Heal.
+func (x *Proxy) CutReplies() error { return x.add("timeout", "downstream", `{"timeout":0}`) }
 
 // Latency delays every chunk by ms ± jitter milliseconds, both ways.
 func (x *Proxy) Latency(ms, jitter int) error {

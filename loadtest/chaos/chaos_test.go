@@ -63,6 +63,10 @@ var scenarios = []scenario{
 	{"23", "etcd gate: the leader killed under load", false, etcdLeaderKilled},
 	{"24", "etcd gate: quorum lost (2 of 3 members down)", true, etcdQuorumLost},
 	{"25", "etcd gate: every member killed and restarted", false, etcdRestartAll},
+	{"N1", "network: the lock holder cut off from Redis past its lease", true, redisCutFromHolder},
+	{"N2", "network: an instance's MySQL replies lost mid-transaction (COMMIT unseen)", true, mysqlReplyLost},
+	{"N6", "network: 20±10ms on the MySQL links, then on the Redis links", true, slowLinks},
+	{"N7", "network: connections cut mid-reply (limit_data), Redis then MySQL", false, brokenReplies},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses

@@ -65,6 +65,20 @@ type rigConfig struct {
 	// redlock the rig starts three masters of its own, for etcd a cluster
 	// of three members.
 	backend string
+	// netns puts every instance in a network namespace of its own, joined
+	// to the host by three veth links (HTTP, MySQL, Redis); MySQL and Redis
+	// are reached through a toxiproxy on the host end of their link, so a
+	// row can cut a link (a partition) or slow or break it (toxics).
+	netns bool
+	// mysqlParams are extra DSN parameters of the instances.
+	mysqlParams string
+}
+
+// instNet is one instance's namespace, links and proxies (netns rigs).
+type instNet struct {
+	ns               *testserver.NetNS
+	http, mysql, rds *testserver.Link
+	mysqlPx, redisPx *testserver.Proxy
 }
 
 // rig is three instances on their own Redis and a fresh database, and what
@@ -76,12 +90,14 @@ type rig struct {
 	masters []*testserver.Redis
 	// etcd is the three-member cluster of the etcd backend.
 	etcd *testserver.Etcd
-	rdb     redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
-	dsn     string
-	db      *sql.DB
-	fleet   *fleet.Fleet
-	token   string
-	sku     string
+	// net is each instance's namespace and links (netns rigs only).
+	net   []*instNet
+	rdb   redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
+	dsn   string
+	db    *sql.DB
+	fleet *fleet.Fleet
+	token string
+	sku   string
 
 	mu     sync.Mutex
 	events []driver.Event
@@ -133,16 +149,44 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 			env["STOCK_ETCD_ENDPOINTS"] = strings.Join(r.etcd.Endpoints(), ",")
 		}
 	}
-	f, err := fleet.Start(ctx, fleet.Config{
-		Bin: bin, N: 3, DSN: r.dsn, RedisAddr: addr, AdminToken: r.token, Strategy: rc.strategy,
+	fc := fleet.Config{
+		Bin: bin, N: 3, DSN: r.dsn + rc.mysqlParams, RedisAddr: addr, AdminToken: r.token, Strategy: rc.strategy,
 		LogDir: t.TempDir(), Name: "stock", Env: env,
-	})
+	}
+	if rc.netns {
+		r.namespaces(&fc, addr, rc.mysqlParams)
+	}
+	f, err := fleet.Start(ctx, fc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Stop() })
 	r.fleet = f
 	return r
+}
+
+// namespaces gives every instance of fc a namespace, its links and the
+// proxies on their host ends (skipping the test where namespaces cannot be
+// made: not root).
+func (r *rig) namespaces(fc *fleet.Config, redisAddr, params string) {
+	r.t.Helper()
+	if !testserver.NetNSAvailable() {
+		r.t.Skip("network namespaces need root and the ip tool")
+	}
+	mysqlAddr := strings.TrimSuffix(strings.TrimPrefix(testserver.SharedMySQL, "root@tcp("), ")/")
+	for range fc.N {
+		n := &instNet{ns: testserver.NewNetNS(r.t)}
+		n.http, n.mysql, n.rds = n.ns.Link(), n.ns.Link(), n.ns.Link()
+		n.mysqlPx = testserver.StartProxyOn(r.t, n.mysql.Host, mysqlAddr)
+		n.redisPx = testserver.StartProxyOn(r.t, n.rds.Host, redisAddr)
+		r.net = append(r.net, n)
+		fc.InstancePrefix = append(fc.InstancePrefix, n.ns.Prefix())
+		fc.InstanceEnv = append(fc.InstanceEnv, map[string]string{
+			"STOCK_HTTP_ADDR":   n.http.Peer + ":0",
+			"STOCK_MYSQL_DSN":   strings.Replace(r.dsn, mysqlAddr, n.mysqlPx.Addr, 1) + params,
+			"STOCK_REDIS_ADDRS": n.redisPx.Addr,
+		})
+	}
 }
 
 type outcome struct {

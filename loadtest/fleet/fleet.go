@@ -125,6 +125,10 @@ type Config struct {
 	// InstanceEnv, if set, adds settings per instance (index i is instance
 	// i); they override Env.
 	InstanceEnv []map[string]string
+	// InstancePrefix, if set, is the command that runs instance i's binary
+	// (as in `ip netns exec <ns>`: the prefix must exec it, so that the
+	// process signalled is the service).
+	InstancePrefix [][]string
 }
 
 // Fleet is running instances of the service on free loopback ports.
@@ -141,6 +145,7 @@ type Instance struct {
 	URL     string // http://127.0.0.1:PORT, the same across Restart
 	LogPath string
 	bin     string
+	prefix  []string
 	env     map[string]string
 	label   string
 
@@ -219,6 +224,9 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 			Index: i, bin: cfg.Bin, env: env, label: cfg.Strategy,
 			LogPath: filepath.Join(cfg.LogDir, fmt.Sprintf("%s-%d.log", cfg.Name, i)),
 		}
+		if i < len(cfg.InstancePrefix) {
+			in.prefix = cfg.InstancePrefix[i]
+		}
 		if err := in.start(ctx, false); err != nil {
 			f.Stop()
 			return nil, err
@@ -253,7 +261,8 @@ func (in *Instance) start(ctx context.Context, again bool) error {
 	lw := &listenWriter{found: make(chan string, 1)}
 	// Without ctx's cancel: an instance is stopped with SIGTERM by Stop, and
 	// a cancelled ctx must not SIGKILL it before its peak RSS is read.
-	p.cmd = exec.CommandContext(context.WithoutCancel(ctx), in.bin, "serve") //nolint:gosec // G204: the binary Build made
+	args := append(append([]string{}, in.prefix...), in.bin, "serve")
+	p.cmd = exec.CommandContext(context.WithoutCancel(ctx), args[0], args[1:]...) //nolint:gosec // G204: the binary Build made, behind the caller's prefix
 	p.cmd.Env = serviceEnv(env)
 	p.cmd.Stdout = lw
 	p.cmd.Stderr = logf

@@ -1,0 +1,149 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seckill/stock/internal/testserver"
+	"github.com/seckill/stock/loadtest/driver"
+)
+
+// The network rows: every instance in a namespace of its own, its MySQL
+// and Redis links crossing a veth pair and a toxiproxy on the host end, so
+// that a row can cut a link (the veth down: a partition neither end is
+// told of) or slow or break it (toxics). Each row ends checked from
+// MySQL's rows, as the others do.
+
+// N1. The lock holder is cut off from Redis (not from MySQL) for 3s, three
+// times its 1s lease. Its watchdog cannot renew; the others take the lock
+// once the lease ran out. The holder's critical section (1.5s here) outlasts
+// its hold's deadline: its hold's context is cancelled, so it rolls back
+// before COMMIT (lock-lost, 503), and a write that got through anyway
+// would meet the versioned UPDATE.
+func redisCutFromHolder(t *testing.T, row *Row) {
+	ctx := ctxFor(t, 3*time.Minute)
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: true,
+		env: map[string]string{"STOCK_LOCK_WATCHDOG": "1s", "STOCK_TEST_CRITICAL_DELAY": "1500ms", "STOCK_REDIS_TIMEOUT": "500ms"}})
+	stock := size[int64](200, 400)
+	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
+	r.waitSold(ctx, stock/10)
+	in, t0 := r.pauseHolder(ctx, 1, 2)
+	link := r.net[in.Index].rds
+	link.Cut()
+	if err := in.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(t0.Add(3 * time.Second)))
+	link.Heal()
+	res := r.wait(out)
+	fill(row, res)
+	row.Recovery = r.nextCreated(res, t0)
+	lost := res.Metrics.Sum.Orders["lock_lost"]
+	row.Note = fmt.Sprintf("%s found holding (a SIGSTOP of at most 0.3s), then its Redis link cut for 3s (lease 1s, critical section 1.5s); lock-lost orders (503): %.0f, lost holds %.0f, backstop conflicts %.0f.",
+		describe(in), lost, row.LostLocks, row.Conflicts)
+	r.requireSafe(res, true)
+	if lost == 0 && row.Conflicts == 0 {
+		t.Errorf("holder cut off from Redis past its lease: lock-lost %v, conflicts %v; want its write refused\n%s", lost, row.Conflicts, summary(res))
+	}
+}
+
+// N2. An instance inside its transaction has its MySQL replies cut: its
+// COMMIT reaches the server and runs, the OK never comes back (the
+// instance's DSN gives up after a 2s read timeout). No 201 goes out for
+// it; the buyers time out and retry with the same key on another instance,
+// and get the committed order (200) or a clean failure, never a second
+// order. The link is restored after 4s.
+func mysqlReplyLost(t *testing.T, row *Row) {
+	ctx := ctxFor(t, 3*time.Minute)
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: true, mysqlParams: "&readTimeout=2s",
+		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "40ms"}})
+	stock := size[int64](300, 1000)
+	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10,
+		Duration: 2 * time.Minute, RequestTimeout: 3 * time.Second})
+	r.waitSold(ctx, stock/10)
+	in, t0 := r.pauseInTrx(ctx, 1, 2)
+	px := r.net[in.Index].mysqlPx
+	if err := px.CutReplies(); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second)
+	px.Heal()
+	res := r.wait(out)
+	fill(row, res)
+	row.Recovery = r.nextCreated(res, t0)
+	row.Note = fmt.Sprintf("%s stopped inside its transaction, its MySQL replies cut, resumed: its COMMIT ran unseen; 4s later the link was back. Replays (200) %d, no-response %d, 5xx %d.",
+		describe(in), res.Statuses["200"], res.Statuses["no-response"], res.Statuses["500"]+res.Statuses["503"])
+	r.requireSafe(res, true)
+}
+
+// N6. Latency and jitter, 20ms ± 10ms each way, on every instance's MySQL
+// link, then on every Redis link: the sale stays exact; orders/s and p99
+// beside a clean link in the same run (one SKU each).
+func slowLinks(t *testing.T, row *Row) {
+	ctx := ctxFor(t, 5*time.Minute)
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: true})
+	stock := size[int64](300, 1000)
+	type phase struct {
+		name string
+		px   func(n *instNet) *testserver.Proxy
+	}
+	var notes []string
+	for _, ph := range []phase{{"clean", nil}, {"MySQL 20±10ms", func(n *instNet) *testserver.Proxy { return n.mysqlPx }},
+		{"Redis 20±10ms", func(n *instNet) *testserver.Proxy { return n.redisPx }}} {
+		for _, n := range r.net {
+			n.mysqlPx.Heal()
+			n.redisPx.Heal()
+			if ph.px != nil {
+				if err := ph.px(n).Latency(20, 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		r.sku = "slow-" + driver.NewRunID()
+		res := r.wait(r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 50, Quantity: 1, Retries: 10, Duration: 2 * time.Minute}))
+		r.requireSafe(res, true)
+		fill(row, res)
+		notes = append(notes, fmt.Sprintf("%s: %.0f orders/s, p99 %.1f ms", ph.name, res.OrdersPerSec, res.Latency.P99))
+	}
+	row.Note = fmt.Sprintf("three sell-outs of %d units to %d buyers (50 at once): %s. The columns are the last run's.", stock, 2*stock, strings.Join(notes, "; "))
+}
+
+// N7. Every connection of every instance to Redis, then to MySQL, is cut
+// off in the middle of a reply (toxiproxy limit_data: closed after 2 KB
+// from the server) for 3s: the clients see truncated replies and broken
+// connections. The sale stays exact, and goes on once the links are clean.
+func brokenReplies(t *testing.T, row *Row) {
+	ctx := ctxFor(t, 3*time.Minute)
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: true, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
+	stock := size[int64](300, 1000)
+	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
+	r.waitSold(ctx, stock/10)
+	t0 := time.Now()
+	var sold []int64
+	for _, which := range []func(n *instNet) *testserver.Proxy{
+		func(n *instNet) *testserver.Proxy { return n.redisPx }, func(n *instNet) *testserver.Proxy { return n.mysqlPx }} {
+		s0 := r.sold(ctx)
+		for _, n := range r.net {
+			if err := which(n).LimitData(2048); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(3 * time.Second)
+		for _, n := range r.net {
+			which(n).Heal()
+		}
+		sold = append(sold, r.sold(ctx)-s0)
+	}
+	res := r.wait(out)
+	fill(row, res)
+	row.Recovery = r.nextCreated(res, t0)
+	row.Note = fmt.Sprintf("every connection cut after 2 KB of replies for 3s on Redis (%d units sold meanwhile), then on MySQL (%d sold); db-only orders %.0f, 5xx %d.",
+		sold[0], sold[1], row.DBOnly, res.Statuses["500"]+res.Statuses["503"])
+	r.requireSafe(res, true)
+}
