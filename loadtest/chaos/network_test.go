@@ -27,7 +27,7 @@ func redisCutFromHolder(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
 	r := newRig(t, rigConfig{strategy: "lock+version", netns: true,
 		env: map[string]string{"STOCK_LOCK_WATCHDOG": "1s", "STOCK_TEST_CRITICAL_DELAY": "1500ms", "STOCK_REDIS_TIMEOUT": "500ms"}})
-	stock := size[int64](200, 400)
+	stock := size[int64](100, 400)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
 	in, t0 := r.pauseHolder(ctx, 1, 2)
