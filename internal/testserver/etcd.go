@@ -28,9 +28,17 @@ type EtcdMember struct {
 	ClientURL string // http://127.0.0.1:<port>
 	PeerURL   string
 	dir       string
+	prefix    []string // runs etcd (ip netns exec ...), or none
 	args      []string
 	proc      *process
 	t         testing.TB
+}
+
+// EtcdSpec places one member: the address it listens on (its client and
+// peer ports) and the command prefix that runs it (a namespace's), if any.
+type EtcdSpec struct {
+	Host   string
+	Prefix []string
 }
 
 // StartEtcd starts a cluster of n members on free ports (heartbeat 100ms,
@@ -38,15 +46,25 @@ type EtcdMember struct {
 // linearizable read. It is killed at the end of the test.
 func StartEtcd(t testing.TB, n int) *Etcd {
 	t.Helper()
+	specs := make([]EtcdSpec, n)
+	for i := range specs {
+		specs[i].Host = "127.0.0.1"
+	}
+	return StartEtcdOn(t, specs)
+}
+
+// StartEtcdOn starts a cluster with a member per spec, as StartEtcd does.
+func StartEtcdOn(t testing.TB, specs []EtcdSpec) *Etcd {
+	t.Helper()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Fatalf("etcd is not installed (apt-get install etcd-server): %v", err)
 	}
 	e := &Etcd{t: t}
 	var initial []string
-	for i := range n {
-		m := &EtcdMember{Name: fmt.Sprintf("m%d", i), t: t,
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)),
-			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", FreePort(t))}
+	for i, sp := range specs {
+		m := &EtcdMember{Name: fmt.Sprintf("m%d", i), t: t, prefix: sp.Prefix,
+			ClientURL: fmt.Sprintf("http://%s:%d", sp.Host, FreePort(t)),
+			PeerURL:   fmt.Sprintf("http://%s:%d", sp.Host, FreePort(t))}
 		m.dir = shmDir(t)
 		e.Members = append(e.Members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL)
@@ -152,10 +170,41 @@ func (e *Etcd) Leader() *EtcdMember {
 	return nil
 }
 
+// MakeLeader moves the leadership to m (etcd's MoveLeader, asked of the
+// leader) and waits until m leads.
+func (e *Etcd) MakeLeader(m *EtcdMember) {
+	e.t.Helper()
+	leader := e.Leader()
+	if leader == m {
+		return
+	}
+	c := e.client()
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx, m.ClientURL)
+	if err != nil {
+		e.t.Fatalf("status of %s: %v", m.Name, err)
+	}
+	lc, err := clientv3.New(clientv3.Config{Endpoints: []string{leader.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { _ = lc.Close() }()
+	if _, err := lc.MoveLeader(ctx, st.Header.MemberId); err != nil {
+		e.t.Fatalf("move the leadership to %s: %v", m.Name, err)
+	}
+	if e.Leader() != m {
+		e.t.Fatalf("%s does not lead after MoveLeader", m.Name)
+	}
+}
+
 // launch starts the member's process (it lives until Kill).
 func (m *EtcdMember) launch() {
 	m.t.Helper()
-	cmd := exec.CommandContext(context.Background(), "etcd", m.args...) //nolint:gosec // G204: a test server binary with the test's own arguments
+	args := append(append([]string{}, m.prefix...), "etcd")
+	args = append(args, m.args...)
+	cmd := exec.CommandContext(context.Background(), args[0], args[1:]...) //nolint:gosec // G204: a test server binary with the test's own arguments
 	p, err := startProcess(cmd)
 	if err != nil {
 		m.t.Fatalf("start etcd %s: %v", m.Name, err)

@@ -126,7 +126,9 @@ func (s *histStores) loseKey(gate string) func(ctx context.Context, sku string) 
 	case skulock.BackendRedisson:
 		return func(_ context.Context, sku string) error { return del(testserver.SharedRedis, s.prefix+name(sku)) }
 	case skulock.BackendSetNX:
-		return func(_ context.Context, sku string) error { return del(testserver.SharedRedis, s.prefix+"setnx:"+name(sku)) }
+		return func(_ context.Context, sku string) error {
+			return del(testserver.SharedRedis, s.prefix+"setnx:"+name(sku))
+		}
 	case skulock.BackendRedlock:
 		return func(_ context.Context, sku string) error {
 			return errors.Join(del(s.masters[0], s.prefix+"redlock:"+name(sku)), del(s.masters[1], s.prefix+"redlock:"+name(sku)))
@@ -316,7 +318,7 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 	b.WriteString("Jepsen's lock workload on each gate, checked with porcupine (internal/lockhistory): " +
 		fmt.Sprintf("%d clients in one process, each on a Locker of its own, take the lock, read a register (a MySQL row), wait, write the value + 1 and release; ", histClients) +
 		"client 0's third critical section meets the fault between its read and its write, and writes without looking at its hold. " +
-		"A history is linearizable when the critical sections can be ordered inside their intervals with each one reading what the previous one wrote. "+
+		"A history is linearizable when the critical sections can be ordered inside their intervals with each one reading what the previous one wrote. " +
 		"Overlapping pairs: applied critical sections whose intervals overlap. Fenced write: UPDATE ... WHERE last_fence < fence. Fenced read and write: the read raises last_fence to the reader's fence first, the write needs last_fence <= its own.\n\n")
 	faults := map[string]bool{}
 	for _, r := range all {

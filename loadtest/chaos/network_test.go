@@ -1,12 +1,14 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
 )
@@ -25,7 +27,7 @@ import (
 // would meet the versioned UPDATE.
 func redisCutFromHolder(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: true,
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances,
 		env: map[string]string{"STOCK_LOCK_WATCHDOG": "1s", "STOCK_TEST_CRITICAL_DELAY": "1500ms", "STOCK_REDIS_TIMEOUT": "500ms"}})
 	stock := size[int64](100, 400)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
@@ -58,7 +60,7 @@ func redisCutFromHolder(t *testing.T, row *Row) {
 // order. The link is restored after 4s.
 func mysqlReplyLost(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: true, mysqlParams: "&readTimeout=2s",
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances, mysqlParams: "&readTimeout=2s",
 		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "40ms"}})
 	stock := size[int64](300, 1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10,
@@ -87,7 +89,7 @@ func mysqlReplyLost(t *testing.T, row *Row) {
 // beside a clean link in the same run (one SKU each).
 func slowLinks(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 5*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: true})
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances})
 	stock := size[int64](300, 1000)
 	type phase struct {
 		name string
@@ -120,7 +122,7 @@ func slowLinks(t *testing.T, row *Row) {
 // connections. The sale stays exact, and goes on once the links are clean.
 func brokenReplies(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: true, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
+	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
 	stock := size[int64](300, 1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
@@ -146,4 +148,64 @@ func brokenReplies(t *testing.T, row *Row) {
 	row.Note = fmt.Sprintf("every connection cut after 2 KB of replies for 3s on Redis (%d units sold meanwhile), then on MySQL (%d sold); db-only orders %.0f, 5xx %d.",
 		sold[0], sold[1], row.DBOnly, res.Statuses["500"]+res.Statuses["503"])
 	r.requireSafe(res, true)
+}
+
+// allInstances puts every instance of a rig in a namespace of its own.
+var allInstances = []int{0, 1, 2}
+
+// N5. The etcd leader is partitioned from the other two members, together
+// with instance 0 (member 0 runs in instance 0's namespace and was made the
+// leader): the two others elect a new leader, and the holds of the old side
+// lose their leases there; instance 0, cut off from any quorum, cannot take
+// the lock and places its orders DB-only (the conditional UPDATE). The
+// others hold a connection to member 0 too, "ready" to gRPC until its
+// keepalive ping (10s at the shortest, 2s to answer) goes unanswered: the
+// calls they send it time out, and those orders go DB-only too, until the
+// connection is dropped and they lock on the new leader. The link is
+// restored after 20s.
+func etcdLeaderPartitioned(t *testing.T, row *Row) {
+	row.Strategy = "lock+version, etcd"
+	ctx := ctxFor(t, 3*time.Minute)
+	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.BackendEtcd, env: etcdEnv,
+		netns: []int{0}, etcdBesideInstance0: true})
+	r.etcd.MakeLeader(r.etcd.Members[0])
+	stock := size[int64](1000, 2000)
+	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 4, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
+	r.waitSold(ctx, stock/20)
+	in, t0 := r.pauseInTrx(ctx, 0)
+	r.etcdLink.Cut()
+	if err := in.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	dbOnly0 := r.dbOnly(ctx)
+	time.Sleep(5 * time.Second)
+	leader := r.etcd.Leader()
+	base := r.acquired(ctx)
+	back := r.lockBack(ctx, time.Now(), base, 15*time.Second)
+	if back >= 0 {
+		back = time.Since(t0) // counted from the cut
+	}
+	dbOnlyCut := r.dbOnly(ctx) - dbOnly0
+	time.Sleep(time.Until(t0.Add(20 * time.Second)))
+	r.etcdLink.Heal()
+	res := r.wait(out)
+	fill(row, res)
+	row.Recovery = r.nextCreated(res, t0)
+	row.Note = fmt.Sprintf("member 0 (the leader) and instance 0 cut off from members 1 and 2 for 20s, instance 0 caught inside its transaction; %s led the majority 5s in; instances 1 and 2 locked again %s after the cut; db-only orders %.0f while cut (%.0f in all), lock errors %.0f.",
+		leader.Name, secs(back), dbOnlyCut, row.DBOnly, res.Metrics.Sum.LockResults["error"])
+	r.requireSafe(res, true)
+	if leader == r.etcd.Members[0] || back < 0 {
+		t.Errorf("etcd leader partitioned: %s leads 5s in, lock back after %v; want a new leader on the majority side and the lock taken there\n%s", leader.Name, back, r.fleet.Logs())
+	}
+}
+
+// dbOnly sums stock_db_only_orders_total over the running instances.
+func (r *rig) dbOnly(ctx context.Context) float64 {
+	var n float64
+	for _, in := range r.fleet.Instances {
+		if m, err := driver.ScrapeMetrics(ctx, in.URL); err == nil && in.Running() {
+			n += m.DBOnly
+		}
+	}
+	return n
 }

@@ -65,11 +65,17 @@ type rigConfig struct {
 	// redlock the rig starts three masters of its own, for etcd a cluster
 	// of three members.
 	backend string
-	// netns puts every instance in a network namespace of its own, joined
-	// to the host by three veth links (HTTP, MySQL, Redis); MySQL and Redis
-	// are reached through a toxiproxy on the host end of their link, so a
-	// row can cut a link (a partition) or slow or break it (toxics).
-	netns bool
+	// netns puts the instances of these indexes each in a network
+	// namespace of its own, joined to the host by three veth links (HTTP,
+	// MySQL, Redis); MySQL and Redis are reached through a toxiproxy on the
+	// host end of their link, so a row can cut a link (a partition) or
+	// slow or break it (toxics).
+	netns []int
+	// etcdBesideInstance0: member 0 of the etcd cluster runs in instance
+	// 0's namespace (netns must hold 0), the other two on the host end of
+	// a link of its own: cutting r.etcdLink isolates member 0 and instance
+	// 0 together.
+	etcdBesideInstance0 bool
 	// mysqlParams are extra DSN parameters of the instances.
 	mysqlParams string
 }
@@ -90,14 +96,18 @@ type rig struct {
 	masters []*testserver.Redis
 	// etcd is the three-member cluster of the etcd backend.
 	etcd *testserver.Etcd
-	// net is each instance's namespace and links (netns rigs only).
-	net   []*instNet
-	rdb   redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
-	dsn   string
-	db    *sql.DB
-	fleet *fleet.Fleet
-	token string
-	sku   string
+	// net is each instance's namespace and links (nil for an instance
+	// outside one).
+	net []*instNet
+	// etcdLink joins member 0 of the etcd cluster to the others
+	// (etcdBesideInstance0).
+	etcdLink *testserver.Link
+	rdb      redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
+	dsn      string
+	db       *sql.DB
+	fleet    *fleet.Fleet
+	token    string
+	sku      string
 
 	mu     sync.Mutex
 	events []driver.Event
@@ -129,6 +139,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	db.SetMaxOpenConns(2)
 	t.Cleanup(func() { _ = db.Close() })
 	r.db = db
+	r.namespaces(rc.netns, addr)
 	env := rc.env
 	if rc.backend != "" {
 		env = map[string]string{"STOCK_LOCK_BACKEND": rc.backend}
@@ -145,7 +156,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 			env["STOCK_REDLOCK_ADDRS"] = strings.Join(addrs, ",")
 		}
 		if rc.backend == skulock.BackendEtcd {
-			r.etcd = testserver.StartEtcd(t, 3)
+			r.startEtcd(rc)
 			env["STOCK_ETCD_ENDPOINTS"] = strings.Join(r.etcd.Endpoints(), ",")
 		}
 	}
@@ -153,9 +164,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 		Bin: bin, N: 3, DSN: r.dsn + rc.mysqlParams, RedisAddr: addr, AdminToken: r.token, Strategy: rc.strategy,
 		LogDir: t.TempDir(), Name: "stock", Env: env,
 	}
-	if rc.netns {
-		r.namespaces(&fc, addr, rc.mysqlParams)
-	}
+	r.placeInstances(&fc, rc.mysqlParams)
 	f, err := fleet.Start(ctx, fc)
 	if err != nil {
 		t.Fatal(err)
@@ -165,28 +174,62 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	return r
 }
 
-// namespaces gives every instance of fc a namespace, its links and the
-// proxies on their host ends (skipping the test where namespaces cannot be
-// made: not root).
-func (r *rig) namespaces(fc *fleet.Config, redisAddr, params string) {
+// namespaces makes the namespace, links and proxies of each instance
+// index in which (skipping the test where namespaces cannot be made: not
+// root).
+func (r *rig) namespaces(which []int, redisAddr string) {
 	r.t.Helper()
+	if len(which) == 0 {
+		return
+	}
 	if !testserver.NetNSAvailable() {
 		r.t.Skip("network namespaces need root and the ip tool")
 	}
-	mysqlAddr := strings.TrimSuffix(strings.TrimPrefix(testserver.SharedMySQL, "root@tcp("), ")/")
-	for range fc.N {
+	r.net = make([]*instNet, 3)
+	for _, i := range which {
 		n := &instNet{ns: testserver.NewNetNS(r.t)}
 		n.http, n.mysql, n.rds = n.ns.Link(), n.ns.Link(), n.ns.Link()
-		n.mysqlPx = testserver.StartProxyOn(r.t, n.mysql.Host, mysqlAddr)
+		n.mysqlPx = testserver.StartProxyOn(r.t, n.mysql.Host, sharedMySQLAddr)
 		n.redisPx = testserver.StartProxyOn(r.t, n.rds.Host, redisAddr)
-		r.net = append(r.net, n)
-		fc.InstancePrefix = append(fc.InstancePrefix, n.ns.Prefix())
-		fc.InstanceEnv = append(fc.InstanceEnv, map[string]string{
-			"STOCK_HTTP_ADDR":   n.http.Peer + ":0",
-			"STOCK_MYSQL_DSN":   strings.Replace(r.dsn, mysqlAddr, n.mysqlPx.Addr, 1) + params,
-			"STOCK_REDIS_ADDRS": n.redisPx.Addr,
-		})
+		r.net[i] = n
 	}
+}
+
+// sharedMySQLAddr is the machine's MariaDB's host:port.
+var sharedMySQLAddr = strings.TrimSuffix(strings.TrimPrefix(testserver.SharedMySQL, "root@tcp("), ")/")
+
+// placeInstances runs the instances with a namespace inside it, listening
+// on their HTTP link and reaching MySQL and Redis through their proxies.
+func (r *rig) placeInstances(fc *fleet.Config, params string) {
+	if r.net == nil {
+		return
+	}
+	fc.InstancePrefix = make([][]string, fc.N)
+	fc.InstanceEnv = make([]map[string]string, fc.N)
+	for i, n := range r.net {
+		if n == nil {
+			continue
+		}
+		fc.InstancePrefix[i] = n.ns.Prefix()
+		fc.InstanceEnv[i] = map[string]string{
+			"STOCK_HTTP_ADDR":   n.http.Peer + ":0",
+			"STOCK_MYSQL_DSN":   strings.Replace(r.dsn, sharedMySQLAddr, n.mysqlPx.Addr, 1) + params,
+			"STOCK_REDIS_ADDRS": n.redisPx.Addr,
+		}
+	}
+}
+
+// startEtcd starts the rig's three-member cluster: on loopback, or with
+// member 0 in instance 0's namespace (rc.etcdBesideInstance0).
+func (r *rig) startEtcd(rc rigConfig) {
+	r.t.Helper()
+	if !rc.etcdBesideInstance0 {
+		r.etcd = testserver.StartEtcd(r.t, 3)
+		return
+	}
+	r.etcdLink = r.net[0].ns.Link()
+	r.etcd = testserver.StartEtcdOn(r.t, []testserver.EtcdSpec{
+		{Host: r.etcdLink.Peer, Prefix: r.net[0].ns.Prefix()}, {Host: r.etcdLink.Host}, {Host: r.etcdLink.Host}})
 }
 
 type outcome struct {

@@ -278,7 +278,11 @@ type ClientConfig struct {
 // one, Dial authenticates, and fails past DialTimeout.
 func Dial(cfg ClientConfig) (*clientv3.Client, error) {
 	c := clientv3.Config{Endpoints: cfg.Endpoints, Username: cfg.Username, Password: cfg.Password,
-		DialTimeout: cfg.DialTimeout, Logger: zap.NewNop()}
+		DialTimeout: cfg.DialTimeout, Logger: zap.NewNop(),
+		// A member cut off without a word (a partition, not a crash) keeps
+		// its connection "ready" and gets its share of the calls until a
+		// keepalive ping goes unanswered: gRPC's shortest ping interval.
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
 	if cfg.CA != "" || cfg.Cert != "" || cfg.Key != "" {
 		tlsCfg, err := (transport.TLSInfo{TrustedCAFile: cfg.CA, CertFile: cfg.Cert, KeyFile: cfg.Key}).ClientConfig()
 		if err != nil {
