@@ -76,6 +76,10 @@ type rigConfig struct {
 	// a link of its own: cutting r.etcdLink isolates member 0 and instance
 	// 0 together.
 	etcdBesideInstance0 bool
+	// redlockProxied: every instance reaches each Redlock master through a
+	// toxiproxy of its own (r.masterPx[instance][master]), so one
+	// instance's link to one master can be cut.
+	redlockProxied bool
 	// mysqlParams are extra DSN parameters of the instances.
 	mysqlParams string
 }
@@ -102,6 +106,9 @@ type rig struct {
 	// etcdLink joins member 0 of the etcd cluster to the others
 	// (etcdBesideInstance0).
 	etcdLink *testserver.Link
+	// masterPx are the instances' proxies to the Redlock masters
+	// (redlockProxied).
+	masterPx [][]*testserver.Proxy
 	rdb      redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
 	dsn      string
 	db       *sql.DB
@@ -165,6 +172,9 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 		LogDir: t.TempDir(), Name: "stock", Env: env,
 	}
 	r.placeInstances(&fc, rc.mysqlParams)
+	if rc.redlockProxied {
+		r.proxyMasters(&fc)
+	}
 	f, err := fleet.Start(ctx, fc)
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +226,27 @@ func (r *rig) placeInstances(fc *fleet.Config, params string) {
 			"STOCK_MYSQL_DSN":   strings.Replace(r.dsn, sharedMySQLAddr, n.mysqlPx.Addr, 1) + params,
 			"STOCK_REDIS_ADDRS": n.redisPx.Addr,
 		}
+	}
+}
+
+// proxyMasters gives every instance of fc a proxy to each Redlock master.
+func (r *rig) proxyMasters(fc *fleet.Config) {
+	if fc.InstanceEnv == nil {
+		fc.InstanceEnv = make([]map[string]string, fc.N)
+	}
+	for i := range fc.N {
+		var addrs []string
+		var pxs []*testserver.Proxy
+		for _, m := range r.masters {
+			px := testserver.StartProxy(r.t, m.Addr)
+			pxs = append(pxs, px)
+			addrs = append(addrs, px.Addr)
+		}
+		r.masterPx = append(r.masterPx, pxs)
+		if fc.InstanceEnv[i] == nil {
+			fc.InstanceEnv[i] = map[string]string{}
+		}
+		fc.InstanceEnv[i]["STOCK_REDLOCK_ADDRS"] = strings.Join(addrs, ",")
 	}
 }
 
