@@ -45,21 +45,32 @@ func FreePort(t testing.TB) int {
 
 // Redis is a private redis-server process.
 type Redis struct {
-	Addr string
-	Port int
-	Dir  string
-	args []string
-	proc *process
-	t    testing.TB
+	Addr   string
+	Port   int
+	Dir    string
+	prefix []string // runs redis-server (ip netns exec ...), or none
+	args   []string
+	proc   *process
+	t      testing.TB
 }
 
 // StartRedis starts redis-server on a free port with extra arguments; it is
 // killed at the end of the test.
 func StartRedis(t testing.TB, extra ...string) *Redis {
 	t.Helper()
+	return StartRedisOn(t, "127.0.0.1", nil, extra...)
+}
+
+// StartRedisOn starts redis-server listening on host (protected mode off
+// when that is not loopback), run behind prefix (a namespace's) if set.
+func StartRedisOn(t testing.TB, host string, prefix []string, extra ...string) *Redis {
+	t.Helper()
 	port := FreePort(t)
-	r := &Redis{Port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: t.TempDir(), t: t}
-	r.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	r := &Redis{Port: port, Addr: fmt.Sprintf("%s:%d", host, port), Dir: t.TempDir(), prefix: prefix, t: t}
+	if host != "127.0.0.1" {
+		extra = append([]string{"--protected-mode", "no"}, extra...)
+	}
+	r.args = append([]string{"--port", strconv.Itoa(port), "--bind", host, "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--dir", r.Dir, "--logfile", filepath.Join(r.Dir, "redis.log")}, extra...)
 	r.Start()
 	t.Cleanup(r.Kill)
@@ -71,7 +82,9 @@ func StartRedis(t testing.TB, extra ...string) *Redis {
 func (r *Redis) Start() {
 	r.t.Helper()
 	// The server lives until Kill, not until a context ends.
-	cmd := exec.CommandContext(context.Background(), "redis-server", r.args...) //nolint:gosec // G204: a test server binary with the test's own arguments
+	args := append(append([]string{}, r.prefix...), "redis-server")
+	args = append(args, r.args...)
+	cmd := exec.CommandContext(context.Background(), args[0], args[1:]...) //nolint:gosec // G204: a test server binary with the test's own arguments
 	p, err := startProcess(cmd)
 	if err != nil {
 		r.t.Fatalf("start redis-server: %v", err)
@@ -344,9 +357,16 @@ type Sentinel struct {
 // down-after 1s, failover timeout 3s) on free ports.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	s := &Sentinel{Name: "mymaster"}
-	s.Master = StartRedis(t)
-	s.Replica = StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port))
+	return StartSentinelOn(t, StartRedis(t), "127.0.0.1")
+}
+
+// StartSentinelOn starts a replica of master and three Sentinels watching
+// them, listening on host (an address from which master is reached).
+func StartSentinelOn(t testing.TB, master *Redis, host string) *Sentinel {
+	t.Helper()
+	s := &Sentinel{Name: "mymaster", Master: master}
+	mhost, _, _ := strings.Cut(master.Addr, ":")
+	s.Replica = StartRedisOn(t, host, nil, "--replicaof", mhost, strconv.Itoa(s.Master.Port))
 	rc := s.Replica.Client(t)
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		info, _ := rc.Info(context.Background(), "replication").Result()
@@ -362,9 +382,9 @@ func StartSentinel(t testing.TB) *Sentinel {
 		port := FreePort(t)
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 2\n"+
+		body := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndir %s\nsentinel monitor %s %s %d 2\n"+
 			"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 3000\n",
-			port, dir, s.Name, s.Master.Port, s.Name, s.Name)
+			port, host, dir, s.Name, mhost, s.Master.Port, s.Name, s.Name)
 		if err := writeFile(conf, body); err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +395,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 			t.Fatalf("start sentinel: %v", err)
 		}
 		t.Cleanup(p.kill)
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		addr := fmt.Sprintf("%s:%d", host, port)
 		if err := waitRedisPID(addr, p); err != nil {
 			t.Fatalf("sentinel on %s: %v", addr, err)
 		}

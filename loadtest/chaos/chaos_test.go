@@ -65,6 +65,7 @@ var scenarios = []scenario{
 	{"25", "etcd gate: every member killed and restarted", false, etcdRestartAll},
 	{"N1", "network: the lock holder cut off from Redis past its lease", true, redisCutFromHolder},
 	{"N2", "network: an instance's MySQL replies lost mid-transaction (COMMIT unseen)", true, mysqlReplyLost},
+	{"N3", "network: the Redis primary partitioned from its Sentinels and replica, an instance on its side", true, sentinelPartition},
 	{"N4", "network: a Redlock master partitioned from one instance while another master's clock jumps", false, redlockPartitionAndJump},
 	{"N5", "network: the etcd leader partitioned from the other members", false, etcdLeaderPartitioned},
 	{"N6", "network: 20±10ms on the MySQL links, then on the Redis links", true, slowLinks},

@@ -268,3 +268,60 @@ func redlockPartitionAndJump(t *testing.T, row *Row) {
 		t.Errorf("no hold of masters 1 and 2 alone was seen in 8s: the fault never happened\n%s", r.fleet.Logs())
 	}
 }
+
+// N3. The Redis primary is partitioned from its Sentinels and its replica,
+// with instance 0 on its side (the primary runs in instance 0's namespace;
+// the replica, the Sentinels and instances 1 and 2 on the far end of one
+// link). The Sentinels promote the replica; instance 0 keeps locking on
+// the old primary, instances 1 and 2 on the new one: two holders of one
+// SKU's lock for as long as the partition lasts. The versioned UPDATE
+// decides. When the link is back the old primary is made a replica and
+// the locks it granted are gone.
+func sentinelPartition(t *testing.T, row *Row) {
+	ctx := ctxFor(t, 3*time.Minute)
+	ns := testserver.NewNetNS(t)
+	link := ns.Link()
+	master := testserver.StartRedisOn(t, link.Peer, ns.Prefix())
+	s := testserver.StartSentinelOn(t, master, link.Host)
+	r := newRig(t, rigConfig{strategy: "lock+version", redisAddr: strings.Join(s.Sentinels, ","), netns: []int{0}, ns0: ns, redisDirect: true,
+		env: map[string]string{"STOCK_REDIS_MASTER": s.Name, "STOCK_LOCK_WATCHDOG": "2s", "STOCK_TEST_CRITICAL_DELAY": "20ms"}})
+	r.rdb = master.Client(t)
+	stock := size[int64](600, 1500)
+	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 30, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
+	r.waitSold(ctx, stock/10)
+	c0 := r.conflicts(ctx)
+	link.Cut()
+	t0 := time.Now()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0]})
+	defer func() { _ = sc.Close() }()
+	failover := time.Duration(-1)
+	for time.Since(t0) < 20*time.Second && failover < 0 {
+		if addr, err := sc.GetMasterAddrByName(ctx, s.Name).Result(); err == nil && len(addr) == 2 && addr[1] == fmt.Sprint(s.Replica.Port) {
+			failover = time.Since(t0)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Until(t0.Add(failover + 5*time.Second)))
+	during := r.conflicts(ctx) - c0
+	link.Heal()
+	res := r.wait(out)
+	fill(row, res)
+	row.Recovery = r.nextCreated(res, t0)
+	row.Note = fmt.Sprintf("primary and instance 0 cut off from the Sentinels, the replica and instances 1-2; the replica promoted after %s, the partition healed 5s later; backstop conflicts while two primaries took locks: %.0f (%.0f in all); db-only orders %.0f.",
+		secs(failover), during, row.Conflicts, row.DBOnly)
+	r.requireSafe(res, true)
+	if failover < 0 {
+		t.Errorf("the Sentinels did not promote the replica within 20s of the partition\n%s", r.fleet.Logs())
+	}
+}
+
+// conflicts sums stock_version_conflicts_total over the running instances.
+func (r *rig) conflicts(ctx context.Context) float64 {
+	var n float64
+	for _, in := range r.fleet.Instances {
+		if m, err := driver.ScrapeMetrics(ctx, in.URL); err == nil && in.Running() {
+			n += m.Conflicts
+		}
+	}
+	return n
+}

@@ -76,6 +76,13 @@ type rigConfig struct {
 	// a link of its own: cutting r.etcdLink isolates member 0 and instance
 	// 0 together.
 	etcdBesideInstance0 bool
+	// ns0, if set, is instance 0's namespace, made by the row (netns must
+	// hold 0): a row that puts servers beside the instance.
+	ns0 *testserver.NetNS
+	// redisDirect: the namespaced instances reach rc.redisAddr as it is
+	// (addresses the row made reachable from their namespaces), not
+	// through a proxy link.
+	redisDirect bool
 	// redlockProxied: every instance reaches each Redlock master through a
 	// toxiproxy of its own (r.masterPx[instance][master]), so one
 	// instance's link to one master can be cut.
@@ -146,7 +153,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	db.SetMaxOpenConns(2)
 	t.Cleanup(func() { _ = db.Close() })
 	r.db = db
-	r.namespaces(rc.netns, addr)
+	r.namespaces(rc, addr)
 	env := rc.env
 	if rc.backend != "" {
 		env = map[string]string{"STOCK_LOCK_BACKEND": rc.backend}
@@ -187,8 +194,9 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 // namespaces makes the namespace, links and proxies of each instance
 // index in which (skipping the test where namespaces cannot be made: not
 // root).
-func (r *rig) namespaces(which []int, redisAddr string) {
+func (r *rig) namespaces(rc rigConfig, redisAddr string) {
 	r.t.Helper()
+	which := rc.netns
 	if len(which) == 0 {
 		return
 	}
@@ -197,10 +205,16 @@ func (r *rig) namespaces(which []int, redisAddr string) {
 	}
 	r.net = make([]*instNet, 3)
 	for _, i := range which {
-		n := &instNet{ns: testserver.NewNetNS(r.t)}
-		n.http, n.mysql, n.rds = n.ns.Link(), n.ns.Link(), n.ns.Link()
+		n := &instNet{ns: rc.ns0}
+		if i != 0 || n.ns == nil {
+			n.ns = testserver.NewNetNS(r.t)
+		}
+		n.http, n.mysql = n.ns.Link(), n.ns.Link()
 		n.mysqlPx = testserver.StartProxyOn(r.t, n.mysql.Host, sharedMySQLAddr)
-		n.redisPx = testserver.StartProxyOn(r.t, n.rds.Host, redisAddr)
+		if !rc.redisDirect {
+			n.rds = n.ns.Link()
+			n.redisPx = testserver.StartProxyOn(r.t, n.rds.Host, redisAddr)
+		}
 		r.net[i] = n
 	}
 }
@@ -222,9 +236,11 @@ func (r *rig) placeInstances(fc *fleet.Config, params string) {
 		}
 		fc.InstancePrefix[i] = n.ns.Prefix()
 		fc.InstanceEnv[i] = map[string]string{
-			"STOCK_HTTP_ADDR":   n.http.Peer + ":0",
-			"STOCK_MYSQL_DSN":   strings.Replace(r.dsn, sharedMySQLAddr, n.mysqlPx.Addr, 1) + params,
-			"STOCK_REDIS_ADDRS": n.redisPx.Addr,
+			"STOCK_HTTP_ADDR": n.http.Peer + ":0",
+			"STOCK_MYSQL_DSN": strings.Replace(r.dsn, sharedMySQLAddr, n.mysqlPx.Addr, 1) + params,
+		}
+		if n.redisPx != nil {
+			fc.InstanceEnv[i]["STOCK_REDIS_ADDRS"] = n.redisPx.Addr
 		}
 	}
 }
