@@ -39,12 +39,22 @@ type gateResult struct {
 	pausedNote string
 }
 
+// gateStores are the gates' own stores beside the instances' Redis: the
+// Redlock masters and the etcd member.
+type gateStores struct {
+	masters []string
+	etcd    string
+}
+
 // gateEnv is every instance's setting in the gates phase: no rate limit (so
 // the Redis commands counted are the lock's), the backend.
-func gateEnv(backend string, masters []string) map[string]string {
+func gateEnv(backend string, st gateStores) map[string]string {
 	env := map[string]string{"STOCK_RATE_IP": "0", "STOCK_TRUSTED_PROXIES": "127.0.0.1", "STOCK_LOCK_BACKEND": backend}
-	if backend == skulock.BackendRedlock {
-		env["STOCK_REDLOCK_ADDRS"] = strings.Join(masters, ",")
+	switch backend {
+	case skulock.BackendRedlock:
+		env["STOCK_REDLOCK_ADDRS"] = strings.Join(st.masters, ",")
+	case skulock.BackendEtcd:
+		env["STOCK_ETCD_ENDPOINTS"] = st.etcd
 	}
 	return env
 }
@@ -74,9 +84,17 @@ func runGates(ctx context.Context, o options, runID, token string) ([]gateResult
 		}
 		servers = append(servers, s)
 	}
-	var masters []string
+	var st gateStores
 	for _, s := range servers[1:] {
-		masters = append(masters, s.Addr)
+		st.masters = append(st.masters, s.Addr)
+	}
+	if slices.Contains(o.gates.backends, skulock.BackendEtcd) {
+		e, err := fleet.StartEtcd(ctx, filepath.Join(dir, "etcd"))
+		if err != nil {
+			return nil, err
+		}
+		defer e.Kill()
+		st.etcd = e.Endpoint
 	}
 	commands := func() int64 {
 		var n int64
@@ -99,7 +117,7 @@ func runGates(ctx context.Context, o options, runID, token string) ([]gateResult
 			return nil, err
 		}
 		f, err := fleet.Start(ctx, fleet.Config{Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: servers[0].Addr, AdminToken: token,
-			Strategy: "lock+version", LogDir: filepath.Join(o.out, "logs"), Name: "gates-" + b, Env: gateEnv(b, masters)})
+			Strategy: "lock+version", LogDir: filepath.Join(o.out, "logs"), Name: "gates-" + b, Env: gateEnv(b, st)})
 		if err != nil {
 			drop()
 			return nil, err
@@ -130,7 +148,7 @@ func runGates(ctx context.Context, o options, runID, token string) ([]gateResult
 		}
 		gr.exact = res
 		// The pause run.
-		if gr.pause, gr.pausedNote, err = pauseRun(ctx, o, b, servers[0].Addr, masters, runID, token); err != nil {
+		if gr.pause, gr.pausedNote, err = pauseRun(ctx, o, b, servers[0].Addr, st, runID, token); err != nil {
 			return nil, fmt.Errorf("gates, %s, pause: %w", b, err)
 		}
 		_, _ = fmt.Fprintf(o.logw, "demo: gates: %s: %.0f orders/s exact (%s); under a pause without the backstop: oversold %d, lost updates %d\n",
@@ -153,14 +171,14 @@ func questionsOf(ctx context.Context, db *sql.DB) int64 {
 // (SIGSTOP) while its transaction holds the stock row's lock (InnoDB shows
 // the same transaction holding row locks through 200ms of the pause), for
 // 2.5s, then resumed.
-func pauseRun(ctx context.Context, o options, backend, redisAddr string, masters []string, runID, token string) (*driver.Result, string, error) {
+func pauseRun(ctx context.Context, o options, backend, redisAddr string, st gateStores, runID, token string) (*driver.Result, string, error) {
 	g := o.gates
 	dsn, drop, err := freshDB(ctx, o, "stock_demo_gatep_"+backend+"_"+runID)
 	if err != nil {
 		return nil, "", err
 	}
 	defer drop()
-	env := gateEnv(backend, masters)
+	env := gateEnv(backend, st)
 	env["STOCK_LOCK_WATCHDOG"] = "1s"
 	env["STOCK_TEST_CRITICAL_DELAY"] = "40ms"
 	f, err := fleet.Start(ctx, fleet.Config{Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: redisAddr, AdminToken: token,
