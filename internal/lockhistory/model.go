@@ -18,11 +18,11 @@ import (
 type Outcome int
 
 const (
-	// Applied: the register took the write.
+	// Applied means the register took the write.
 	Applied Outcome = iota
-	// Refused: a fenced register refused it (a newer fence had been seen).
+	// Refused means a fenced register refused it (a newer fence had been seen).
 	Refused
-	// Unknown: the write's reply was lost; it may or may not have landed.
+	// Unknown means the write's reply was lost; it may or may not have landed.
 	Unknown
 )
 

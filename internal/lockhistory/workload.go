@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,14 +16,14 @@ import (
 type Fencing int
 
 const (
-	// Unfenced: a write is a plain UPDATE of the value.
+	// Unfenced writes with a plain UPDATE of the value.
 	Unfenced Fencing = iota
-	// FencedWrite: UPDATE ... WHERE last_fence < ?: refused when a write
+	// FencedWrite writes with UPDATE ... WHERE last_fence < ?: refused when a write
 	// with a newer fence has landed.
 	FencedWrite
-	// FencedReadWrite: the read first raises last_fence to the reader's
-	// fence, and the write needs last_fence <= its own: refused when a
-	// newer holder has read, not only written.
+	// FencedReadWrite fences the read too: it first raises last_fence to
+	// the reader's fence, and the write needs last_fence <= its own, so it
+	// is refused when a newer holder has read, not only written.
 	FencedReadWrite
 )
 
@@ -30,21 +31,25 @@ func (f Fencing) String() string {
 	return [...]string{"unfenced", "fenced write", "fenced read and write"}[f]
 }
 
-// Register is one row of a MySQL table: the shared state the lock guards.
+// Register is one row of the MySQL table lock_register: the shared state
+// the lock guards.
 type Register struct {
 	DB      *sql.DB
-	Table   string // created by Reset
+	Name    string // the row's key; Reset makes it
 	Fencing Fencing
 }
 
-// Reset (re)creates the register at value 0, fence 0.
+// Reset makes the register (the table if need be) at value 0, fence 0.
 func (r Register) Reset(ctx context.Context) error {
 	for _, q := range []string{
-		"DROP TABLE IF EXISTS " + r.Table,
-		"CREATE TABLE " + r.Table + " (id INT PRIMARY KEY, value BIGINT NOT NULL, last_fence BIGINT NOT NULL)",
-		"INSERT INTO " + r.Table + " VALUES (1, 0, 0)",
+		"CREATE TABLE IF NOT EXISTS lock_register (name VARCHAR(64) PRIMARY KEY, value BIGINT NOT NULL, last_fence BIGINT NOT NULL)",
+		"REPLACE INTO lock_register VALUES (?, 0, 0)",
 	} {
-		if _, err := r.DB.ExecContext(ctx, q); err != nil {
+		var args []any
+		if strings.Contains(q, "?") {
+			args = append(args, r.Name)
+		}
+		if _, err := r.DB.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("register: %w", err)
 		}
 	}
@@ -55,23 +60,23 @@ func (r Register) Reset(ctx context.Context) error {
 // are fenced).
 func (r Register) Read(ctx context.Context, fence int64) (int64, error) {
 	if r.Fencing == FencedReadWrite {
-		if _, err := r.DB.ExecContext(ctx, "UPDATE "+r.Table+" SET last_fence = GREATEST(last_fence, ?) WHERE id = 1", fence); err != nil {
+		if _, err := r.DB.ExecContext(ctx, "UPDATE lock_register SET last_fence = GREATEST(last_fence, ?) WHERE name = ?", fence, r.Name); err != nil {
 			return 0, err
 		}
 	}
 	var v int64
-	err := r.DB.QueryRowContext(ctx, "SELECT value FROM "+r.Table+" WHERE id = 1").Scan(&v)
+	err := r.DB.QueryRowContext(ctx, "SELECT value FROM lock_register WHERE name = ?", r.Name).Scan(&v)
 	return v, err
 }
 
 // Write writes v under fence and reports whether the register took it.
 func (r Register) Write(ctx context.Context, v, fence int64) (bool, error) {
-	q, args := "UPDATE "+r.Table+" SET value = ?, last_fence = GREATEST(last_fence, ?) WHERE id = 1", []any{v, fence}
+	q, args := "UPDATE lock_register SET value = ?, last_fence = GREATEST(last_fence, ?) WHERE name = ?", []any{v, fence, r.Name}
 	switch r.Fencing {
 	case FencedWrite:
-		q, args = "UPDATE "+r.Table+" SET value = ?, last_fence = ? WHERE id = 1 AND last_fence < ?", []any{v, fence, fence}
+		q, args = "UPDATE lock_register SET value = ?, last_fence = ? WHERE name = ? AND last_fence < ?", []any{v, fence, r.Name, fence}
 	case FencedReadWrite:
-		q, args = "UPDATE "+r.Table+" SET value = ?, last_fence = ? WHERE id = 1 AND last_fence <= ?", []any{v, fence, fence}
+		q, args = "UPDATE lock_register SET value = ?, last_fence = ? WHERE name = ? AND last_fence <= ?", []any{v, fence, r.Name, fence}
 	}
 	res, err := r.DB.ExecContext(ctx, q, args...)
 	if err != nil {

@@ -20,7 +20,7 @@ var etcdEnv = map[string]string{"STOCK_LOCK_WATCHDOG": "2s", "STOCK_ETCD_DIAL_TI
 
 // etcdRig starts three instances on the etcd gate and a load of stock
 // units for twice as many buyers, and waits for a tenth to sell.
-func etcdRig(t *testing.T, ctx context.Context, stock int64) (*rig, <-chan outcome) {
+func etcdRig(ctx context.Context, t *testing.T, stock int64) (*rig, <-chan outcome) {
 	t.Helper()
 	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.BackendEtcd, env: etcdEnv})
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
@@ -35,7 +35,7 @@ func etcdRig(t *testing.T, ctx context.Context, stock int64) (*rig, <-chan outco
 func etcdLeaderKilled(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, etcd"
 	ctx := ctxFor(t, 3*time.Minute)
-	r, out := etcdRig(t, ctx, size[int64](300, 1000))
+	r, out := etcdRig(ctx, t, size[int64](300, 1000))
 	leader := r.etcd.Leader()
 	base := r.acquired(ctx)
 	leader.Kill()
@@ -61,7 +61,7 @@ func etcdLeaderKilled(t *testing.T, row *Row) {
 func etcdQuorumLost(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, etcd"
 	ctx := ctxFor(t, 3*time.Minute)
-	r, out := etcdRig(t, ctx, size[int64](300, 1000))
+	r, out := etcdRig(ctx, t, size[int64](300, 1000))
 	down := r.etcd.Members[1:]
 	s0 := r.sold(ctx)
 	for _, m := range down {
@@ -94,7 +94,7 @@ func etcdQuorumLost(t *testing.T, row *Row) {
 func etcdRestartAll(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, etcd"
 	ctx := ctxFor(t, 3*time.Minute)
-	r, out := etcdRig(t, ctx, size[int64](300, 1000))
+	r, out := etcdRig(ctx, t, size[int64](300, 1000))
 	for _, m := range r.etcd.Members {
 		m.Kill()
 	}

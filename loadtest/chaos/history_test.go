@@ -222,7 +222,7 @@ func runHistory(t *testing.T, s *histStores, gate, fault string, fencing lockhis
 			lease = histEtcdTTL
 		}
 	}
-	reg := lockhistory.Register{DB: s.db, Table: "register_" + strings.ReplaceAll(driver.NewRunID(), "-", "_"), Fencing: fencing}
+	reg := lockhistory.Register{DB: s.db, Name: sku + "-" + fmt.Sprint(int(fencing)), Fencing: fencing}
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := reg.Reset(ctx); err != nil {
 		t.Fatal(err)
