@@ -214,3 +214,38 @@ func TestClusterDown(t *testing.T) {
 		t.Fatalf("TryLock with the cluster down = %v; want an error that is not ErrLockNotObtained", err)
 	}
 }
+
+// With authentication on, the locker works as a user with the password,
+// and Dial refuses a wrong one (it authenticates at once).
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	e := testserver.StartEtcd(t, 1)
+	admin := e.Client(t)
+	ctx := context.Background()
+	_, _ = admin.RoleAdd(ctx, "root") // built in on some versions
+	for _, step := range []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "root-pw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := etcdlock.Dial(etcdlock.ClientConfig{Endpoints: e.Endpoints(), Username: "root", Password: "wrong", DialTimeout: 2 * time.Second}); err == nil {
+		t.Fatal("Dial with a wrong password = nil error; want it refused")
+	}
+	cli, err := etcdlock.Dial(etcdlock.ClientConfig{Endpoints: e.Endpoints(), Username: "root", Password: "root-pw", DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	l := locker(t, cli, 5*time.Second)
+	h, err := l.TryLock(ctx, "auth", time.Second, 0)
+	if err != nil {
+		t.Fatalf("TryLock as root = %v", err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Errorf("Unlock = %v", err)
+	}
+}
