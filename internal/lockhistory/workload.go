@@ -32,7 +32,9 @@ func (f Fencing) String() string {
 }
 
 // Register is one row of the MySQL table lock_register: the shared state
-// the lock guards.
+// the lock guards. DB must count the rows a write matched, not the rows it
+// changed (clientFoundRows=true in the DSN): a fenced write that matched
+// and changed nothing was still taken.
 type Register struct {
 	DB      *sql.DB
 	Name    string // the row's key; Reset makes it
@@ -79,8 +81,8 @@ func (r Register) Write(ctx context.Context, v, fence int64) (bool, error) {
 		q, args = "UPDATE lock_register SET value = ?, last_fence = ? WHERE name = ? AND last_fence <= ?", []any{v, fence, r.Name, fence}
 	}
 	res, err := r.DB.ExecContext(ctx, q, args...)
-	if err != nil {
-		return false, err
+	if err != nil || r.Fencing == Unfenced {
+		return err == nil, err // a blind write lands, even when it changes nothing
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err

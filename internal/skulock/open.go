@@ -70,7 +70,7 @@ type Config struct {
 func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error) {
 	none := func() error { return nil }
 	if cfg.Backend != "" && cfg.Backend != BackendRedisson && cfg.Lease <= 0 {
-		return nil, nil, fmt.Errorf("skulock: backend %s: a lease is required (it has no watchdog)", cfg.Backend)
+		return nil, nil, fmt.Errorf("skulock: backend %s: a lease is required (a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
 	}
 	switch cfg.Backend {
 	case "", BackendRedisson:

@@ -1,5 +1,5 @@
 // Package skulock is the service's Locker (one lock per SKU, named
-// Name(sku)) on four gates, each a subpackage behind service.Locker with
+// Name(sku)) on five gates, each a subpackage behind service.Locker with
 // its own dependencies (gate holds what they share), selected by Open's
 // Config.Backend (STOCK_LOCK_BACKEND):
 //
@@ -18,6 +18,10 @@
 //   - redlock: SET NX PX on N independent Redis masters, held when
 //     a majority (N/2+1) granted it, for the lease minus the time the acquire
 //     took minus a clock drift allowance; released on every node.
+//   - etcd: a concurrency.Mutex of etcd's client on a session (a
+//     lease) of each hold's own, kept alive by a watchdog that counts the
+//     hold's deadline from each renewal's send time; released by a
+//     compare on the key's create revision (package etcdlock).
 //
 // The backends without a watchdog (setnx, dbtable, redlock) hold for a
 // fixed lease: TryLock's lease, or Config.Lease when that is 0 (the
@@ -38,7 +42,7 @@
 //   - dbtable: the AUTO_INCREMENT id of the lock row. A takeover inserts a
 //     new row, so it grows with every holder, and it survives restarts
 //     (persistent auto-increment: MariaDB >= 10.2.4, MySQL >= 8.0). It is
-//     the only one of the four kept by the same store and clock as the
+//     the only one of them kept by the same store and clock as the
 //     stock itself.
 //   - redlock: each node INCRs a counter of its own when it grants the lock,
 //     and the hold's token is the largest value of its majority. The
@@ -53,6 +57,9 @@
 //     a gapless sequence; and it orders holds only as far as Redlock's own
 //     timing assumptions (bounded clock drift, no pause between the acquire
 //     and the validity check) hold.
+//   - etcd: the create revision of the hold's key. Revisions grow across
+//     the whole cluster, the Mutex grants in create-revision order, and a
+//     restart keeps them; a cluster rebuilt from nothing starts again.
 //
 // Redlock's exclusion also depends on every master's clock: a holder whose
 // majority is exactly N/2+1 masters loses it when one of them jumps ahead

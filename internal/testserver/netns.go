@@ -3,10 +3,14 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -47,7 +51,7 @@ func ip(t testing.TB, args ...string) {
 // links) at the end of the test.
 func NewNetNS(t testing.TB) *NetNS {
 	t.Helper()
-	n := &NetNS{Name: fmt.Sprintf("stk%d-%d", os.Getpid()%100000, netSeq.Add(1)), t: t}
+	n := &NetNS{Name: fmt.Sprintf("stk%d-%d", os.Getpid(), netSeq.Add(1)), t: t}
 	ip(t, "netns", "add", n.Name)
 	t.Cleanup(func() { _ = exec.CommandContext(context.Background(), "ip", "netns", "del", n.Name).Run() }) //nolint:gosec // G204: the namespace this test made
 	ip(t, "-n", n.Name, "link", "set", "lo", "up")
@@ -55,16 +59,20 @@ func NewNetNS(t testing.TB) *NetNS {
 }
 
 // Link adds a veth pair between the host and n, with addresses of a /30
-// of its own (10.201.0.0/16), both ends up.
+// of its own in 10.201.0.0/16 (one no interface of this machine holds,
+// picked under a lock file shared by every test process), both ends up.
 func (n *NetNS) Link() *Link {
 	n.t.Helper()
-	seq := netSeq.Add(1)
-	block := (int(seq)*4 + os.Getpid()*64) % 65536
-	l := &Link{Host: fmt.Sprintf("10.201.%d.%d", block/256, block%256+1), Peer: fmt.Sprintf("10.201.%d.%d", block/256, block%256+2),
-		hostIf: fmt.Sprintf("sk%dh%d", os.Getpid()%10000, seq), t: n.t}
-	peerIf := fmt.Sprintf("sk%dn%d", os.Getpid()%10000, seq)
+	unlock := lockFile(n.t, filepath.Join(os.TempDir(), "stock-netns.lock"))
+	defer unlock()
+	block := freeBlock(n.t)
+	l := &Link{Host: blockAddr(block, 1), Peer: blockAddr(block, 2), hostIf: fmt.Sprintf("sk%dh", block), t: n.t}
+	peerIf := fmt.Sprintf("sk%dn", block)
 	ip(n.t, "link", "add", l.hostIf, "type", "veth", "peer", "name", peerIf)
-	n.t.Cleanup(func() { _ = exec.CommandContext(context.Background(), "ip", "link", "del", l.hostIf).Run() }) //nolint:gosec // G204: the link this test made
+	n.t.Cleanup(func() {
+		_ = exec.CommandContext(context.Background(), "ip", "route", "del", "blackhole", l.net()).Run() //nolint:gosec // G204: the route this test may have added
+		_ = exec.CommandContext(context.Background(), "ip", "link", "del", l.hostIf).Run()              //nolint:gosec // G204: the link this test made
+	})
 	ip(n.t, "link", "set", peerIf, "netns", n.Name)
 	ip(n.t, "addr", "add", l.Host+"/30", "dev", l.hostIf)
 	ip(n.t, "link", "set", l.hostIf, "up")
@@ -73,12 +81,70 @@ func (n *NetNS) Link() *Link {
 	return l
 }
 
+// blockAddr is address i of /30 number block in 10.201.0.0/16.
+func blockAddr(block, i int) string { return fmt.Sprintf("10.201.%d.%d", block/64, block%64*4+i) }
+
+// freeBlock picks a /30 of 10.201.0.0/16 that no interface here holds an
+// address of.
+func freeBlock(t testing.TB) int {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[int]bool{}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if v4 := ipn.IP.To4(); v4 != nil && v4[0] == 10 && v4[1] == 201 {
+				used[int(v4[2])*64+int(v4[3])/4] = true
+			}
+		}
+	}
+	for range 1000 {
+		if b := rand.IntN(16384); !used[b] { //nolint:gosec // G404: picks a test subnet, not a secret
+			return b
+		}
+	}
+	t.Fatal("no free /30 in 10.201.0.0/16")
+	return 0
+}
+
+// lockFile takes an exclusive flock on name and returns its release.
+func lockFile(t testing.TB, name string) func() {
+	t.Helper()
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600) //nolint:gosec // G304: the harness's own lock file
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		t.Fatal(err)
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); _ = f.Close() }
+}
+
+// net is the link's /30.
+func (l *Link) net() string {
+	_, n, _ := net.ParseCIDR(l.Host + "/30")
+	return n.String()
+}
+
 // Prefix is the command prefix that runs a program inside n.
 func (n *NetNS) Prefix() []string { return []string{"ip", "netns", "exec", n.Name} }
 
-// Cut takes the host end of the link down: nothing crosses it, and
-// neither end is told (connections hang, as in a partition).
-func (l *Link) Cut() { l.t.Helper(); ip(l.t, "link", "set", l.hostIf, "down") }
+// Cut takes the host end of the link down and routes the link's /30 to a
+// blackhole on the host, so nothing crosses it and nothing leaks out by
+// the default route: connections already open hear nothing (a partition),
+// and new ones across it fail at once (no route).
+func (l *Link) Cut() {
+	l.t.Helper()
+	ip(l.t, "link", "set", l.hostIf, "down")
+	ip(l.t, "route", "add", "blackhole", l.net())
+}
 
-// Heal brings the host end up again.
-func (l *Link) Heal() { l.t.Helper(); ip(l.t, "link", "set", l.hostIf, "up") }
+// Heal undoes Cut.
+func (l *Link) Heal() {
+	l.t.Helper()
+	ip(l.t, "route", "del", "blackhole", l.net())
+	ip(l.t, "link", "set", l.hostIf, "up")
+}

@@ -62,7 +62,7 @@ func newHistStores(t *testing.T, gate string) *histStores {
 		t.Fatal(err)
 	}
 	_ = st.Close()
-	if s.db, err = sql.Open("mysql", s.dsn); err != nil {
+	if s.db, err = sql.Open("mysql", s.dsn+"&clientFoundRows=true"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.db.Close() })
@@ -298,6 +298,8 @@ func checkHistory(t *testing.T, r histResult) {
 	switch {
 	case v.Unknown:
 		t.Errorf("%s, %s, %s: the checker timed out", r.gate, r.fault, r.fencing)
+	case r.fencing == lockhistory.Unfenced && r.refused > 0:
+		t.Errorf("%s, %s: %d unfenced writes recorded as refused; a blind write is never refused", r.gate, r.fault, r.refused)
 	case r.fault == "none" && !v.Linearizable:
 		t.Errorf("%s without a fault, %s: not linearizable", r.gate, r.fencing)
 	case r.fencing == lockhistory.FencedReadWrite && !v.Linearizable:

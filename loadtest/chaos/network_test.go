@@ -196,8 +196,10 @@ func etcdLeaderPartitioned(t *testing.T, row *Row) {
 	row.Note = fmt.Sprintf("member 0 (the leader) and instance 0 cut off from members 1 and 2 for 20s, instance 0 caught inside its transaction; %s led the majority 5s in; instances 1 and 2 locked again %s after the cut; db-only orders %.0f while cut (%.0f in all), lock errors %.0f.",
 		leader.Name, secs(back), dbOnlyCut, row.DBOnly, res.Metrics.Sum.LockResults["error"])
 	r.requireSafe(res, true)
-	if leader == r.etcd.Members[0] || back < 0 {
-		t.Errorf("etcd leader partitioned: %s leads 5s in, lock back after %v; want a new leader on the majority side and the lock taken there\n%s", leader.Name, back, r.fleet.Logs())
+	// (Leader asks the members from the host, where member 0 is out of
+	// reach: it names the majority's leader, or fails the test.)
+	if back < 0 {
+		t.Errorf("etcd leader partitioned: %s leads the majority, but no lock was taken there within 20s of the cut\n%s", leader.Name, r.fleet.Logs())
 	}
 }
 
@@ -265,7 +267,7 @@ func redlockPartitionAndJump(t *testing.T, row *Row) {
 		jumps, overlaps, row.Conflicts)
 	r.requireSafe(res, true)
 	if jumps == 0 {
-		t.Errorf("no hold of masters 1 and 2 alone was seen in 8s: the fault never happened\n%s", r.fleet.Logs())
+		t.Errorf("no hold of masters 1 and 2 alone was seen in 12s: the fault never happened\n%s", r.fleet.Logs())
 	}
 }
 

@@ -217,23 +217,35 @@ func loopback(host string) bool {
 }
 
 // harnessNet is where the fault harness's network namespaces sit: veth
-// links of this machine, one /30 each (internal/testserver.NetNS).
+// links of this machine named sk<n>h, one /30 each
+// (internal/testserver.NetNS).
 var harnessNet = &net.IPNet{IP: net.IPv4(10, 201, 0, 0), Mask: net.CIDRMask(16, 32)}
 
-// harnessLink reports whether host is in harnessNet and on a link this
-// machine holds an address of: a namespace the harness made, next door.
+// harnessLink reports whether host is in harnessNet and on one of the
+// harness's links (a /30 on an sk* interface of this machine): a namespace
+// the harness made, next door.
 func harnessLink(host string) bool {
 	ip := net.ParseIP(host)
 	if ip == nil || !harnessNet.Contains(ip) {
 		return false
 	}
-	addrs, err := net.InterfaceAddrs()
+	ifaces, err := net.Interfaces()
 	if err != nil {
 		return false
 	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && harnessNet.Contains(n.IP) && n.Contains(ip) {
-			return true
+	for _, ifc := range ifaces {
+		if !strings.HasPrefix(ifc.Name, "sk") {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ones, _ := n.Mask.Size(); ones == 30 && harnessNet.Contains(n.IP) && n.Contains(ip) {
+				return true
+			}
 		}
 	}
 	return false

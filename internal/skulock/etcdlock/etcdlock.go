@@ -9,10 +9,12 @@
 //   - A lost lease cancels the hold's context with ErrLockLost. The session's
 //     Done channel is watched, and a watchdog of this package renews the
 //     lease every third of its TTL with KeepAliveOnce and moves the hold's
-//     deadline to the renewal's send time plus the TTL; the hold is lost
-//     when that deadline passes unrenewed, so this side gives up no later
-//     than the cluster's leader can expire the lease, whatever the client
-//     library's own keep-alive believes.
+//     deadline to the renewal's send time plus the TTL, less a drift
+//     allowance; the hold is lost when that deadline passes unrenewed, so
+//     this side gives up no later than the cluster's leader can expire the
+//     lease, whatever the client library's own keep-alive believes. A hold
+//     lost on this side revokes its lease, so the others need not wait for
+//     the cluster to expire it.
 //   - Release is a compare on the key's create revision (Mutex.IsOwner)
 //     and a delete in one transaction: a stale or retried Unlock never
 //     deletes a newer holder's key.
@@ -22,11 +24,11 @@
 //     revision is in the data directory); a cluster rebuilt from nothing
 //     starts again from 1.
 //
-// A TryLock with lease 0 holds on a session with the Locker's TTL, kept
-// alive (the watchdog; STOCK_LOCK_WATCHDOG); with a lease, on a session of
-// that TTL (whole seconds, rounded up) that is never kept alive, and the
-// hold is lost at its local deadline, the lease counted from before the
-// grant was sent.
+// A TryLock with lease 0 holds on a session with the Locker's TTL (whole
+// seconds, rounded up, and at least the cluster's minimum), kept alive (the
+// watchdog; STOCK_LOCK_WATCHDOG); with a lease, on a session of that TTL
+// that is never kept alive, and the hold is lost at its local deadline, the
+// lease counted from before the grant was sent.
 //
 // What it cannot promise, as no lease can: a holder paused past its lease,
 // or cut off from the cluster, is lost on this side only when it next looks
@@ -77,51 +79,75 @@ func (l *Locker) Prefix(sku string) string { return l.prefix + "etcd-lock/" + ga
 
 // TryLock takes sku's lock within wait (past a first try, the Mutex's
 // queue is fair: waiters get it in the order they queued), for lease (0:
-// kept alive). Errors: service.ErrLockNotObtained (joined with ctx's error
-// when ctx ended), or a wrapped etcd error when the cluster did not answer
-// the grant or the first try within the timeout (no quorum, no member
-// reachable).
+// kept alive). Beyond wait it may spend the call timeout on the grant, on
+// the first try and on reading the key it got. Errors:
+// service.ErrLockNotObtained (joined with ctx's error when ctx ended), or a
+// wrapped etcd error when the cluster did not answer the grant or the first
+// try within the timeout (no quorum, no member reachable).
 func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Duration) (service.Hold, error) {
 	keep := lease <= 0
 	if keep {
 		lease = l.ttl
 	}
 	sent := time.Now()
-	sess, err := l.session(ctx, lease, keep)
+	sess, granted, err := l.session(ctx, lease, keep)
 	if err != nil {
 		return nil, err
 	}
+	undo := func() { l.bg.Run(func() { l.revoke(sess) }) }
 	m := concurrency.NewMutex(sess, l.Prefix(sku))
 	fence, err := l.acquire(ctx, m, wait)
 	if err != nil {
-		l.bg.Run(func() { l.revoke(sess) })
+		undo()
 		return nil, err
 	}
+	deadline := sent.Add(lease - drift(lease)) // a fixed lease: what was asked
+	if keep {
+		deadline = sent.Add(granted - drift(granted))
+		if time.Since(sent) > granted/3 { // it waited: the grant's deadline is old news
+			var lost bool
+			if deadline, lost, err = l.renew(ctx, sess, granted); lost || err != nil {
+				undo()
+				return nil, errors.Join(service.ErrLockNotObtained, gate.ErrLockLost, err)
+			}
+		}
+	}
 	release := func(ctx context.Context) (bool, error) {
-		defer l.bg.Run(func() { l.revoke(sess) })
+		defer undo()
 		ctx, cancel := context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 		return Release(ctx, l.cli, m)
 	}
-	h := gate.NewLeaseHold(ctx, sent.Add(lease), fence, l.lost, release)
+	lost := func() { // lost on this side: free the key for the others now
+		if l.lost != nil {
+			l.lost()
+		}
+		undo()
+	}
+	h := gate.NewLeaseHold(ctx, deadline, fence, lost, release)
 	if keep {
-		l.bg.Run(func() { l.watchdog(h, sess, lease) })
+		l.bg.Run(func() { l.watchdog(h, sess, granted) })
 	}
 	return h, nil
 }
 
+// drift is the allowance for this process's clock running slower than the
+// leader's over d.
+func drift(d time.Duration) time.Duration { return d/100 + 2*time.Millisecond }
+
 // session grants a lease of ttl (whole seconds, rounded up) and returns a
-// session on it, kept alive by the client library only when keep is set.
-func (l *Locker) session(ctx context.Context, ttl time.Duration, keep bool) (*concurrency.Session, error) {
+// session on it, kept alive by the client library only when keep is set,
+// and the TTL the cluster granted (it may raise it to its minimum).
+func (l *Locker) session(ctx context.Context, ttl time.Duration, keep bool) (*concurrency.Session, time.Duration, error) {
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	gctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	g, err := l.cli.Grant(gctx, secs)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, errors.Join(service.ErrLockNotObtained, ctx.Err())
+			return nil, 0, errors.Join(service.ErrLockNotObtained, ctx.Err())
 		}
-		return nil, fmt.Errorf("etcd: grant a lease: %w", err)
+		return nil, 0, fmt.Errorf("etcd: grant a lease: %w", err)
 	}
 	sctx := context.Background()
 	if !keep {
@@ -130,11 +156,11 @@ func (l *Locker) session(ctx context.Context, ttl time.Duration, keep bool) (*co
 		sctx, stop = context.WithCancel(sctx)
 		stop()
 	}
-	sess, err := concurrency.NewSession(l.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(int(secs)), concurrency.WithContext(sctx))
+	sess, err := concurrency.NewSession(l.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(int(g.TTL)), concurrency.WithContext(sctx))
 	if err != nil {
-		return nil, fmt.Errorf("etcd: session on lease %x: %w", g.ID, err)
+		return nil, 0, fmt.Errorf("etcd: session on lease %x: %w", g.ID, err)
 	}
-	return sess, nil
+	return sess, time.Duration(g.TTL) * time.Second, nil
 }
 
 // acquire locks m within wait and returns the fence: the create revision
@@ -153,32 +179,48 @@ func (l *Locker) acquire(ctx context.Context, m *concurrency.Mutex, wait time.Du
 	case wait <= 0:
 		return 0, service.ErrLockNotObtained
 	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	if err := m.Lock(wctx); err != nil {
-		if wctx.Err() != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			return 0, service.ErrLockNotObtained
-		}
-		if errors.Is(err, concurrency.ErrSessionExpired) {
-			// The waiter's own lease ran out in the queue (a fixed lease
-			// shorter than the wait): it would hold nothing.
-			return 0, errors.Join(service.ErrLockNotObtained, err)
-		}
-		return 0, l.callErr(ctx, "lock", err)
+	if err := l.wait(ctx, m, wait); err != nil {
+		return 0, err
 	}
 	// Lock's header is the revision of its last read, not of the key: ask
 	// for the key, on the condition that it is still ours.
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	resp, err := l.cli.Txn(rctx).If(m.IsOwner()).Then(clientv3.OpGet(m.Key())).Commit()
-	if err != nil || !resp.Succeeded {
-		_ = l.deleteOwn(m)
-		if err == nil {
-			return 0, fmt.Errorf("etcd: %q lost right after it was taken: %w", m.Key(), gate.ErrLockLost)
-		}
+	switch {
+	case err != nil:
 		return 0, l.callErr(ctx, "read the lock's key", err)
+	case !resp.Succeeded: // the lease ran out between the two
+		return 0, errors.Join(service.ErrLockNotObtained, gate.ErrLockLost)
 	}
 	return resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision, nil
+}
+
+// wait queues m for the lock for at most wait. The Mutex's Lock runs in
+// the background: after a wait that failed it deletes its key on a context
+// without a deadline, which must not hold the caller (the session's
+// revocation deletes the key anyway).
+func (l *Locker) wait(ctx context.Context, m *concurrency.Mutex, wait time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	done := make(chan error, 1)
+	l.bg.Run(func() { defer cancel(); done <- m.Lock(wctx) })
+	var err error
+	select {
+	case err = <-done:
+	case <-wctx.Done():
+		err = wctx.Err()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case wctx.Err() != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return service.ErrLockNotObtained
+	case errors.Is(err, concurrency.ErrSessionExpired):
+		// The waiter's own lease ran out in the queue (a fixed lease
+		// shorter than the wait): it would hold nothing.
+		return errors.Join(service.ErrLockNotObtained, err)
+	}
+	return l.callErr(ctx, "lock", err)
 }
 
 // callErr maps a call's error: the caller's context ending is
@@ -202,15 +244,6 @@ func Release(ctx context.Context, cli *clientv3.Client, m *concurrency.Mutex) (b
 	return resp.Succeeded, nil
 }
 
-// deleteOwn deletes m's key if it is still m's (the undo of an acquire
-// that cannot be completed).
-func (l *Locker) deleteOwn(m *concurrency.Mutex) error {
-	ctx, cancel := context.WithTimeout(context.Background(), gate.CleanupTimeout)
-	defer cancel()
-	_, err := Release(ctx, l.cli, m)
-	return err
-}
-
 // revoke ends sess and revokes its lease (which deletes any key left on
 // it), bounded by the clean-up timeout.
 func (l *Locker) revoke(sess *concurrency.Session) {
@@ -220,10 +253,28 @@ func (l *Locker) revoke(sess *concurrency.Session) {
 	_, _ = l.cli.Revoke(ctx, sess.Lease())
 }
 
-// watchdog renews the lease of h every third of ttl until h ends, moving
-// h's deadline to each renewal's send time plus the TTL the leader
-// granted; the hold is lost when the session ends (its lease is gone) or
-// a renewal finds the lease gone.
+// renew renews sess's lease once and returns the hold's new deadline: the
+// renewal's send time plus the TTL the leader granted, less the drift
+// allowance. lost is true when the lease is gone.
+func (l *Locker) renew(ctx context.Context, sess *concurrency.Session, ttl time.Duration) (deadline time.Time, lost bool, err error) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, ttl/3)
+	defer cancel()
+	resp, err := l.cli.KeepAliveOnce(ctx, sess.Lease())
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound), err == nil && resp.TTL <= 0:
+		return time.Time{}, true, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("etcd: renew lease %x: %w", sess.Lease(), err)
+	}
+	got := time.Duration(resp.TTL) * time.Second
+	return sent.Add(got - drift(got)), false, nil
+}
+
+// watchdog renews the lease of h every third of its TTL until h ends,
+// moving h's deadline with each renewal that succeeded; h is lost when a
+// renewal finds the lease gone, when the session ends, or when the locker
+// is closed. A renewal that fails otherwise leaves the deadline as it was.
 func (l *Locker) watchdog(h *gate.LeaseHold, sess *concurrency.Session, ttl time.Duration) {
 	tick := time.NewTicker(ttl / 3)
 	defer tick.Stop()
@@ -232,29 +283,27 @@ func (l *Locker) watchdog(h *gate.LeaseHold, sess *concurrency.Session, ttl time
 		case <-h.Context().Done():
 			return
 		case <-l.stop:
+			h.Lose()
 			return
 		case <-sess.Done():
 			h.Lose()
 			return
 		case <-tick.C:
 		}
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(h.Context(), ttl/3)
-		resp, err := l.cli.KeepAliveOnce(ctx, sess.Lease())
-		cancel()
+		deadline, lost, err := l.renew(h.Context(), sess, ttl)
 		switch {
-		case err == nil && resp.TTL > 0:
-			h.Extend(sent.Add(time.Duration(resp.TTL) * time.Second))
-		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		case lost:
 			h.Lose()
 			return
+		case err == nil:
+			h.Extend(deadline)
 		}
-		// Any other error: the deadline stands; the next tick tries again.
 	}
 }
 
-// Close stops the watchdogs (a hold still held then runs out at its
-// deadline) and waits for the background releases and revocations.
+// Close loses the holds still kept alive (their contexts are cancelled and
+// their leases revoked) and waits for the background waits, releases and
+// revocations.
 func (l *Locker) Close() error {
 	close(l.stop)
 	l.bg.Wait()

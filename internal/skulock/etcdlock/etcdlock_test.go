@@ -173,27 +173,45 @@ func TestWatchdogAndLostLease(t *testing.T) {
 	}
 }
 
-// A fixed lease is a session TTL nobody keeps alive: the cluster deletes
-// the key when it runs out, and the hold is lost on this side first.
+// A fixed lease is a session TTL nobody keeps alive: the lease's time to
+// live only goes down, the key stays while the hold is held here, the hold
+// is lost at its deadline, and then the key goes (revoked at the loss).
 func TestFixedLeaseNotKeptAlive(t *testing.T) {
 	t.Parallel()
 	cli := cluster(t)
 	l := locker(t, cli, 30*time.Second)
-	h, err := l.TryLock(context.Background(), "fixed", time.Second, 2*time.Second)
+	ctx := context.Background()
+	h, err := l.TryLock(ctx, "fixed", time.Second, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := heldKey(t, cli, l.Prefix("fixed"))
-	<-h.Context().Done()
-	lostAt := time.Now()
-	for keys(t, cli, key) != 0 {
-		if time.Since(lostAt) > 5*time.Second {
-			t.Fatalf("the key of a 2s fixed lease is still there 5s after the hold was lost")
+	key, lease := heldKey(t, cli, l.Prefix("fixed"))
+	last := int64(1 << 62)
+	for start := time.Now(); h.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		ttl, err := cli.TimeToLive(ctx, lease)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		if ttl.TTL > last {
+			t.Fatalf("the lease's TTL went from %d to %d: renewed", last, ttl.TTL)
+		}
+		last = ttl.TTL
+		if n := keys(t, cli, key); n != 1 && h.Err() == nil {
+			t.Fatalf("the cluster dropped the key while the hold was still held here")
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("a 2s fixed lease still held 5s on")
+		}
 	}
-	t.Logf("the cluster deleted the key %v after the hold was lost here", time.Since(lostAt).Round(10*time.Millisecond))
-	if _, err := l.TryLock(context.Background(), "fixed", 0, time.Second); err != nil {
+	if !errors.Is(context.Cause(h.Context()), gate.ErrLockLost) {
+		t.Errorf("cause = %v; want ErrLockLost", context.Cause(h.Context()))
+	}
+	for lostAt := time.Now(); keys(t, cli, key) != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Since(lostAt) > 3*time.Second {
+			t.Fatal("the lost hold's key is still there 3s on")
+		}
+	}
+	if _, err := l.TryLock(ctx, "fixed", 0, time.Second); err != nil {
 		t.Errorf("TryLock after the fixed lease ran out = %v; want a hold", err)
 	}
 }

@@ -1,6 +1,6 @@
 // Package gate holds what the SKU lock's gates share: the lock name of a
-// SKU, the hold of a gate without a watchdog (a fixed lease), and the
-// jittered Poll of a gate without wake-ups.
+// SKU, the hold of a gate on a lease (fixed, or renewed by etcd's
+// watchdog), and the jittered Poll of a gate without wake-ups.
 package gate
 
 import (
@@ -23,15 +23,17 @@ var (
 	// errors.Is covers every backend.
 	ErrNotHeld = lock.ErrNotHeld
 	// ErrLockLost is the cause of a hold's context (and its Err) once the
-	// lock may be held by someone else: for the backends without a
-	// watchdog, when its lease ran out. It is lock.ErrLockLost.
+	// lock may be held by someone else: when its lease ran out unrenewed,
+	// or the store said it is gone. It is lock.ErrLockLost.
 	ErrLockLost = lock.ErrLockLost
 )
 
-// LeaseHold is a hold of a backend without a watchdog (setnx, dbtable,
-// redlock): nothing renews it, so it is held until its deadline, measured
-// on this process's monotonic clock from just before the acquire was sent
-// (minus the drift allowance for redlock), and lost then. Its context is
+// LeaseHold is a hold on a lease: held until its deadline, measured on
+// this process's monotonic clock from just before the acquire was sent
+// (minus the drift allowance for redlock), and lost then. The backends
+// without a watchdog (setnx, dbtable, redlock) never move the deadline; the
+// etcd gate's watchdog moves it with each renewal (Extend) and loses the
+// hold when the store says the lease is gone (Lose). Its context is
 // cancelled with ErrLockLost by a timer at the deadline, and Err compares
 // the clock itself, so a process resumed after a SIGSTOP past the deadline
 // sees the loss at its next check even before the late timer has run.
@@ -99,8 +101,8 @@ func (h *LeaseHold) lose() {
 	}
 }
 
-// Context is cancelled with cause ErrLockLost at the lease deadline, or
-// with context.Canceled once the hold is released.
+// Context is cancelled with cause ErrLockLost at the lease deadline or on
+// Lose, or with context.Canceled once the hold is released.
 func (h *LeaseHold) Context() context.Context { return h.ctx }
 
 // Fence is the hold's fencing token (see the package documentation for
