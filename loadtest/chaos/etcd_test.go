@@ -41,9 +41,7 @@ func etcdLeaderKilled(t *testing.T, row *Row) {
 	leader.Kill()
 	t0 := time.Now()
 	back := r.lockBack(ctx, t0, base, 20*time.Second)
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	row.Note = fmt.Sprintf("leader %s of 3 SIGKILLed and left down; the next lock acquisition came %s after the kill; db-only orders %.0f, lock errors %.0f, lost holds %.0f.",
 		leader.Name, secs(back), row.DBOnly, res.Metrics.Sum.LockResults["error"], row.LostLocks)
 	r.requireSafe(res, true)
@@ -76,9 +74,7 @@ func etcdQuorumLost(t *testing.T, row *Row) {
 	t1 := time.Now()
 	base := r.acquired(ctx)
 	back := r.lockBack(ctx, t1, base, 30*time.Second)
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	row.Note = fmt.Sprintf("members %s and %s SIGKILLed for 4s (no quorum): %d units sold meanwhile, db-only orders %.0f, lock errors %.0f; the lock was taken again %s after the restart.",
 		down[0].Name, down[1].Name, soldWhileDown, row.DBOnly, res.Metrics.Sum.LockResults["error"], secs(back))
 	r.requireSafe(res, true)
@@ -107,9 +103,7 @@ func etcdRestartAll(t *testing.T, row *Row) {
 	t1 := time.Now()
 	base := r.acquired(ctx)
 	back := r.lockBack(ctx, t1, base, 30*time.Second)
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	row.Note = fmt.Sprintf("all 3 members SIGKILLed, restarted after 1s: quorum again %s after the kill, the lock %s after that; db-only orders %.0f, lost holds %.0f.",
 		secs(t1.Sub(t0)), secs(back), row.DBOnly, row.LostLocks)
 	r.requireSafe(res, true)

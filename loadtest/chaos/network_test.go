@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"syscall"
@@ -42,9 +41,7 @@ func redisCutFromHolder(t *testing.T, row *Row) {
 	}
 	time.Sleep(time.Until(t0.Add(3 * time.Second)))
 	link.Heal()
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	lost := res.Metrics.Sum.Orders["lock_lost"]
 	row.Note = fmt.Sprintf("%s found holding (a SIGSTOP of at most 0.3s), then its Redis link cut for 3s (lease 1s, critical section 1.5s); lock-lost orders (503): %.0f, lost holds %.0f, backstop conflicts %.0f.",
 		describe(in), lost, row.LostLocks, row.Conflicts)
@@ -78,9 +75,7 @@ func mysqlReplyLost(t *testing.T, row *Row) {
 	}
 	time.Sleep(4 * time.Second)
 	px.Heal()
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	row.Note = fmt.Sprintf("%s stopped inside its transaction, its MySQL replies cut, resumed: its COMMIT ran unseen; 4s later the link was back. Replays (200) %d, no-response %d, 5xx %d.",
 		describe(in), res.Statuses["200"], res.Statuses["no-response"], res.Statuses["500"]+res.Statuses["503"])
 	r.requireSafe(res, true)
@@ -144,9 +139,7 @@ func brokenReplies(t *testing.T, row *Row) {
 		}
 		sold = append(sold, r.sold(ctx)-s0)
 	}
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	row.Note = fmt.Sprintf("every connection cut after 2 KB of replies for 3s on Redis (%d units sold meanwhile), then on MySQL (%d sold); db-only orders %.0f, 5xx %d.",
 		sold[0], sold[1], row.DBOnly, res.Statuses["500"]+res.Statuses["503"])
 	r.requireSafe(res, true)
@@ -179,7 +172,7 @@ func etcdLeaderPartitioned(t *testing.T, row *Row) {
 	if err := in.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	dbOnly0 := r.dbOnly(ctx)
+	dbOnly0 := r.metricSum(ctx, dbOnly)
 	time.Sleep(5 * time.Second)
 	leader := r.etcd.Leader()
 	base := r.acquired(ctx)
@@ -187,12 +180,10 @@ func etcdLeaderPartitioned(t *testing.T, row *Row) {
 	if back >= 0 {
 		back = time.Since(t0) // counted from the cut
 	}
-	dbOnlyCut := r.dbOnly(ctx) - dbOnly0
+	dbOnlyCut := r.metricSum(ctx, dbOnly) - dbOnly0
 	time.Sleep(time.Until(t0.Add(20 * time.Second)))
 	r.etcdLink.Heal()
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	row.Note = fmt.Sprintf("member 0 (the leader) and instance 0 cut off from members 1 and 2 for 20s, instance 0 caught inside its transaction; %s led the majority 5s in; instances 1 and 2 locked again %s after the cut; db-only orders %.0f while cut (%.0f in all), lock errors %.0f.",
 		leader.Name, secs(back), dbOnlyCut, row.DBOnly, res.Metrics.Sum.LockResults["error"])
 	r.requireSafe(res, true)
@@ -201,17 +192,6 @@ func etcdLeaderPartitioned(t *testing.T, row *Row) {
 	if back < 0 {
 		t.Errorf("etcd leader partitioned: %s leads the majority, but no lock was taken there within 20s of the cut\n%s", leader.Name, r.fleet.Logs())
 	}
-}
-
-// dbOnly sums stock_db_only_orders_total over the running instances.
-func (r *rig) dbOnly(ctx context.Context) float64 {
-	var n float64
-	for _, in := range r.fleet.Instances {
-		if m, err := driver.ScrapeMetrics(ctx, in.URL); err == nil && in.Running() {
-			n += m.DBOnly
-		}
-	}
-	return n
 }
 
 // N4. Instance 1 is partitioned from Redlock master 0 (its proxy to it
@@ -291,7 +271,7 @@ func sentinelPartition(t *testing.T, row *Row) {
 	stock := size[int64](600, 1500)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 30, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
-	c0 := r.conflicts(ctx)
+	c0 := r.metricSum(ctx, conflicts)
 	link.Cut()
 	t0 := time.Now()
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0]})
@@ -304,11 +284,9 @@ func sentinelPartition(t *testing.T, row *Row) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Until(t0.Add(failover + 5*time.Second)))
-	during := r.conflicts(ctx) - c0
+	during := r.metricSum(ctx, conflicts) - c0
 	link.Heal()
-	res := r.wait(out)
-	fill(row, res)
-	row.Recovery = r.nextCreated(res, t0)
+	res := r.finish(out, row, t0)
 	row.Note = fmt.Sprintf("primary and instance 0 cut off from the Sentinels, the replica and instances 1-2; the replica promoted after %s, the partition healed 5s later; backstop conflicts while two primaries took locks: %.0f (%.0f in all); db-only orders %.0f.",
 		secs(failover), during, row.Conflicts, row.DBOnly)
 	r.requireSafe(res, true)
@@ -317,13 +295,6 @@ func sentinelPartition(t *testing.T, row *Row) {
 	}
 }
 
-// conflicts sums stock_version_conflicts_total over the running instances.
-func (r *rig) conflicts(ctx context.Context) float64 {
-	var n float64
-	for _, in := range r.fleet.Instances {
-		if m, err := driver.ScrapeMetrics(ctx, in.URL); err == nil && in.Running() {
-			n += m.Conflicts
-		}
-	}
-	return n
-}
+// The figures of metricSum the network rows read.
+func dbOnly(m driver.InstanceMetrics) float64    { return m.DBOnly }
+func conflicts(m driver.InstanceMetrics) float64 { return m.Conflicts }

@@ -568,14 +568,18 @@ func (r *rig) sold(ctx context.Context) int64 {
 // acquired sums stock_lock_results_total{result="acquired"} over the
 // running instances.
 func (r *rig) acquired(ctx context.Context) float64 {
+	return r.metricSum(ctx, func(m driver.InstanceMetrics) float64 { return m.LockResults["acquired"] })
+}
+
+// metricSum sums one figure of the running instances' metrics.
+func (r *rig) metricSum(ctx context.Context, of func(driver.InstanceMetrics) float64) float64 {
 	var n float64
 	for _, in := range r.fleet.Instances {
 		if !in.Running() {
 			continue
 		}
-		m, err := driver.ScrapeMetrics(ctx, in.URL)
-		if err == nil {
-			n += m.LockResults["acquired"]
+		if m, err := driver.ScrapeMetrics(ctx, in.URL); err == nil {
+			n += of(m)
 		}
 	}
 	return n
@@ -592,6 +596,16 @@ func (r *rig) lockBack(ctx context.Context, t0 time.Time, base float64, limit ti
 		time.Sleep(50 * time.Millisecond)
 	}
 	return -1
+}
+
+// finish waits for the load's result, copies it into the row, and sets the
+// row's recovery time from t0 (when the fault began).
+func (r *rig) finish(out <-chan outcome, row *Row, t0 time.Time) *driver.Result {
+	r.t.Helper()
+	res := r.wait(out)
+	fill(row, res)
+	row.Recovery = r.nextCreated(res, t0)
+	return res
 }
 
 // fill copies what the run measured into the row.

@@ -31,17 +31,24 @@ func locker(t *testing.T, cli *clientv3.Client, ttl time.Duration) *etcdlock.Loc
 	return l
 }
 
+// session is a library session of 5s on cli, closed at the end of the test.
+func session(t *testing.T, cli *clientv3.Client) *concurrency.Session {
+	t.Helper()
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	return sess
+}
+
 // The Mutex's pitfall, shown: two Mutexes on one session share the key
 // prefix/<lease>, and both Lock at once. The Locker gives every hold a
 // session of its own: eight goroutines on one Locker never overlap.
 func TestOneSessionPerHold(t *testing.T) {
 	t.Parallel()
 	cli := cluster(t)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sess.Close() }()
+	sess := session(t, cli)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	a, b := concurrency.NewMutex(sess, "shared"), concurrency.NewMutex(sess, "shared")
@@ -90,11 +97,7 @@ func TestOneSessionPerHold(t *testing.T) {
 func TestReleaseComparesCreateRevision(t *testing.T) {
 	t.Parallel()
 	cli := cluster(t)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sess.Close() }()
+	sess := session(t, cli)
 	ctx := context.Background()
 	old := concurrency.NewMutex(sess, "retried")
 	if err := old.Lock(ctx); err != nil {
