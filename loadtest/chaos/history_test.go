@@ -248,7 +248,9 @@ func runHistory(t *testing.T, s *histStores, gate, fault string, fencing lockhis
 // TestHistories runs the lock workload for every gate and fault, unfenced
 // and fenced, and checks each history with porcupine. The expected
 // outcome: every gate's unfenced history breaks under some fault; a
-// fenced one breaks only where the fence leaves a gap (see the report). The
+// history fenced on the read and the write never does; one fenced on the
+// write alone can, when a stale write lands between the next holder's
+// read and write (see the report). The
 // short run (go test ./...) covers the pause; make chaos every fault and
 // writes docs/results/histories.md.
 func TestHistories(t *testing.T) {
@@ -289,8 +291,9 @@ func TestHistories(t *testing.T) {
 }
 
 // checkHistory holds each run to what it must show: no fault, no break;
-// reads fenced, no break; the pause breaks every unfenced history and no
-// write-fenced one.
+// reads and writes fenced, no break; the pause breaks every unfenced
+// history; a write-fenced history that breaks has two applied sections
+// that overlapped (the write-only fence's gap, reported).
 func checkHistory(t *testing.T, r histResult) {
 	t.Helper()
 	v := r.verdict
@@ -306,8 +309,13 @@ func checkHistory(t *testing.T, r histResult) {
 		t.Errorf("%s, %s, reads and writes fenced: not linearizable", r.gate, r.fault)
 	case r.fault == "pause" && r.fencing == lockhistory.Unfenced && v.Linearizable:
 		t.Errorf("%s, pause past the lease, unfenced: linearizable; the paused holder's late write should have lost an update", r.gate)
-	case r.fault == "pause" && r.fencing == lockhistory.FencedWrite && !v.Linearizable:
-		t.Errorf("%s, pause past the lease, write fenced: not linearizable", r.gate)
+	case r.fencing == lockhistory.FencedWrite && !v.Linearizable && r.overlaps == 0:
+		t.Errorf("%s, %s, write fenced: not linearizable, yet no two applied sections overlapped", r.gate, r.fault)
+	case r.fencing == lockhistory.FencedWrite && !v.Linearizable:
+		// The gap of a fence on the write alone: a stale holder's write that
+		// lands between the next holder's read and write still carries the
+		// newest fence written, and is taken. A finding, reported.
+		t.Logf("%s, %s, write fenced: the write-only fence let a stale write through (%d overlapping applied pairs)", r.gate, r.fault, r.overlaps)
 	}
 }
 
@@ -321,7 +329,8 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 		fmt.Sprintf("%d clients in one process, each on a Locker of its own, take the lock, read a register (a MySQL row), wait, write the value + 1 and release; ", histClients) +
 		"client 0's third critical section meets the fault between its read and its write, and writes without looking at its hold. " +
 		"A history is linearizable when the critical sections can be ordered inside their intervals with each one reading what the previous one wrote. " +
-		"Overlapping pairs: applied critical sections whose intervals overlap. Fenced write: UPDATE ... WHERE last_fence < fence. Fenced read and write: the read raises last_fence to the reader's fence first, the write needs last_fence <= its own.\n\n")
+		"Overlapping pairs: applied critical sections whose intervals overlap. Fenced write: UPDATE ... WHERE last_fence < fence. Fenced read and write: the read raises last_fence to the reader's fence first, the write needs last_fence <= its own. "+
+		"A write-fenced history can break: a stale holder's write that lands after the next holder's read but before its write still carries the newest fence written, and is taken; fencing the read closes that gap.\n\n")
 	faults := map[string]bool{}
 	for _, r := range all {
 		faults[r.fault] = true

@@ -102,6 +102,10 @@ func (l *Locker) TryLock(ctx context.Context, sku string, wait, lease time.Durat
 		return nil, err
 	}
 	deadline := sent.Add(lease - drift(lease)) // a fixed lease: what was asked
+	if !keep && !time.Now().Before(deadline) { // the wait used the whole lease up
+		undo()
+		return nil, errors.Join(service.ErrLockNotObtained, gate.ErrLockLost)
+	}
 	if keep {
 		deadline = sent.Add(granted - drift(granted))
 		if time.Since(sent) > granted/3 { // it waited: the grant's deadline is old news
