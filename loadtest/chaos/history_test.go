@@ -329,8 +329,8 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 		fmt.Sprintf("%d clients in one process, each on a Locker of its own, take the lock, read a register (a MySQL row), wait, write the value + 1 and release; ", histClients) +
 		"client 0's third critical section meets the fault between its read and its write, and writes without looking at its hold. " +
 		"A history is linearizable when the critical sections can be ordered inside their intervals with each one reading what the previous one wrote. " +
-		"Overlapping pairs: applied critical sections whose intervals overlap. Fenced write: UPDATE ... WHERE last_fence < fence. Fenced read and write: the read raises last_fence to the reader's fence first, the write needs last_fence <= its own. "+
-		"n/a: the fault does not apply to the gate (a lost key is a failover or a restore that never had the lock, and on Redlock a clock jump on two masters; etcd's Raft does not lose an acknowledged key, and its leader's loss is rows 23 and N5 of the fault matrix). "+
+		"Overlapping pairs: applied critical sections whose intervals overlap. Fenced write: UPDATE ... WHERE last_fence < fence. Fenced read and write: the read raises last_fence to the reader's fence first, the write needs last_fence <= its own. " +
+		"n/a: the fault does not apply to the gate (a lost key is a failover or a restore that never had the lock, and on Redlock a clock jump on two masters; etcd's Raft does not lose an acknowledged key, and its leader's loss is rows 23 and N5 of the fault matrix). " +
 		"A write-fenced history can break: a stale holder's write that lands after the next holder's read but before its write still carries the newest fence written, and is taken; fencing the read closes that gap.\n\n")
 	faults := map[string]bool{}
 	for _, r := range all {
