@@ -20,16 +20,17 @@ import (
 // told of) or slow or break it (toxics). Each row ends checked from
 // MySQL's rows, as the others do.
 
-// N1. The lock holder is cut off from Redis (not from MySQL) for 3s, three
-// times its 1s lease. Its watchdog cannot renew; the others take the lock
-// once the lease ran out. The holder's critical section (1.5s here) outlasts
-// its hold's deadline: its hold's context is cancelled, so it rolls back
-// before COMMIT (lock-lost, 503), and a write that got through anyway
-// would meet the versioned UPDATE.
+// N1. The lock holder is cut off from Redis (not from MySQL) for three
+// times its lease (1s; 300ms in the short run). Its watchdog cannot renew;
+// the others take the lock once the lease ran out. The holder's critical
+// section (1.5 leases) outlasts its hold's deadline: its hold's context is
+// cancelled, so it rolls back before COMMIT (lock-lost, 503), or, when its
+// write got through anyway, the versioned UPDATE refuses it.
 func redisCutFromHolder(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
+	lease := size(300*time.Millisecond, time.Second)
 	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances,
-		env: map[string]string{"STOCK_LOCK_WATCHDOG": "1s", "STOCK_TEST_CRITICAL_DELAY": "1500ms", "STOCK_REDIS_TIMEOUT": "500ms"}})
+		env: map[string]string{"STOCK_LOCK_WATCHDOG": lease.String(), "STOCK_TEST_CRITICAL_DELAY": (lease * 3 / 2).String(), "STOCK_REDIS_TIMEOUT": (lease / 2).String()}})
 	stock := size[int64](100, 400)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
@@ -39,12 +40,12 @@ func redisCutFromHolder(t *testing.T, row *Row) {
 	if err := in.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(t0.Add(3 * time.Second)))
+	time.Sleep(time.Until(t0.Add(3 * lease)))
 	link.Heal()
 	res := r.finish(out, row, t0)
 	lost := res.Metrics.Sum.Orders["lock_lost"]
-	row.Note = fmt.Sprintf("%s found holding (a SIGSTOP of at most 0.3s), then its Redis link cut for 3s (lease 1s, critical section 1.5s); lock-lost orders (503): %.0f, lost holds %.0f, backstop conflicts %.0f.",
-		describe(in), lost, row.LostLocks, row.Conflicts)
+	row.Note = fmt.Sprintf("%s found holding (a SIGSTOP of at most 0.3s), then its Redis link cut for %v (lease %v, critical section %v); lock-lost orders (503): %.0f, lost holds %.0f, backstop conflicts %.0f.",
+		describe(in), 3*lease, lease, lease*3/2, lost, row.LostLocks, row.Conflicts)
 	r.requireSafe(res, true)
 	if lost == 0 && row.Conflicts == 0 {
 		t.Errorf("holder cut off from Redis past its lease: lock-lost %v, conflicts %v; want its write refused\n%s", lost, row.Conflicts, summary(res))
