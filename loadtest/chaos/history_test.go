@@ -87,9 +87,11 @@ func (s *histStores) open(t *testing.T, gate string, via func(string) string) se
 		rdb := redis.NewClient(&redis.Options{Addr: via(testserver.SharedRedis), MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { _ = rdb.Close() })
 		cfg.Redis = rdb
-		c := lock.New(rdb, lock.WithPrefix(s.prefix), lock.WithWatchdogTimeout(histLease))
-		t.Cleanup(func() { _ = c.Close() })
-		cfg.Locks = c
+		if gate == skulock.BackendRedisson {
+			c := lock.New(rdb, lock.WithPrefix(s.prefix), lock.WithWatchdogTimeout(histLease))
+			t.Cleanup(func() { _ = c.Close() })
+			cfg.Locks = c
+		}
 	case skulock.BackendDBTable:
 		cfg.MySQLDSN, cfg.MySQLConns = strings.Replace(s.dsn, "127.0.0.1:3306", via("127.0.0.1:3306"), 1)+"&readTimeout=1s&writeTimeout=1s", 2
 	case skulock.BackendRedlock:
