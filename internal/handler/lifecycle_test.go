@@ -20,13 +20,13 @@ const paymentToken = "test-payment-token"
 
 // The order JSON of the lifecycle, as clients read it.
 type lifecycleOrder struct {
-	ID         int64   `json:"id"`
-	Buyer      string  `json:"buyer"`
-	SKU        string  `json:"sku"`
-	Quantity   int     `json:"quantity"`
-	Status     string  `json:"status"`
-	ExpiresAt  *string `json:"expires_at"`
-	PaymentRef string  `json:"payment_ref"`
+	ID         int64          `json:"id"`
+	Buyer      string         `json:"buyer"`
+	SKU        string         `json:"sku"`
+	Quantity   int            `json:"quantity"`
+	Status     service.Status `json:"status"`
+	ExpiresAt  *string        `json:"expires_at"`
+	PaymentRef string         `json:"payment_ref"`
 }
 
 func (r reply) lifecycleOrder(t testing.TB) lifecycleOrder {
@@ -305,7 +305,7 @@ func TestLifecycleRace(t *testing.T) {
 		st := final[o.ID]
 		byStatus[st]++
 		for _, a := range answers[i] {
-			agrees := a.code == http.StatusOK && a.body.Status == st ||
+			agrees := a.code == http.StatusOK && string(a.body.Status) == st ||
 				a.code == http.StatusConflict && a.kind == "order-"+st
 			if !agrees {
 				t.Errorf("order %d ended %s, but %s was answered %d %s %+v", o.ID, st, a.op, a.code, a.kind, a.body)
@@ -361,7 +361,7 @@ func waitFinal(t testing.TB, d *db, sku string, n int) map[int64]string {
 		got := statusesOf(t, sqlDB, sku)
 		reserved := 0
 		for _, st := range got {
-			if st == service.StatusReserved {
+			if st == string(service.StatusReserved) {
 				reserved++
 			}
 		}

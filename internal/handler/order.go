@@ -107,7 +107,7 @@ func (h *Handler) listOrders(c *gin.Context) {
 		before = n
 	}
 	os, err := h.svc.Orders(c.Request.Context(), buyer(c),
-		service.OrderFilter{SKU: c.Query("sku"), Status: c.Query("status"), Before: before, Limit: limit})
+		service.OrderFilter{SKU: c.Query("sku"), Status: service.Status(c.Query("status")), Before: before, Limit: limit})
 	if err != nil {
 		_ = c.Error(err)
 		return

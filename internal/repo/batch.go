@@ -106,10 +106,19 @@ func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, sto
 		if err := s.insertOrders(tx, rows); err != nil {
 			return err
 		}
+		if err := s.finishBatch(tx, b, cur, plan.Total, now, saleLedger(b.SKU, rows, now)); err != nil {
+			return err
+		}
+		if err := settleRows(gormExec(tx), cur, rows); err != nil {
+			return translate(ctx, "settle deadlines", err)
+		}
 		for j, i := range plan.Placed {
 			orders[i] = rows[j].order()
 		}
-		return s.finishBatch(tx, b, cur, plan.Total, now, saleLedger(b.SKU, rows, now))
+		if b.BeforeCommit != nil {
+			return b.BeforeCommit()
+		}
+		return nil
 	})
 	if err != nil {
 		if service.IsError(err) || errors.Is(err, errKeyRace) {
@@ -140,7 +149,7 @@ func hasKey(ids map[service.BuyerKey]int64) func(service.BuyerKey) bool {
 // and deadline of an order placed on cur.
 func orderRows(b service.Batch, plan service.BatchPlan, cur stockModel, now time.Time) []orderModel {
 	rows := make([]orderModel, len(plan.Placed))
-	status, expires := cur.newOrderStatus()
+	status, expires := cur.newOrderStatus(cur.clock().now())
 	var fence *int64 // none for a batch placed without a lock
 	if b.Fence > 0 {
 		fence = &b.Fence
@@ -162,9 +171,9 @@ func saleLedger(sku string, rows []orderModel, now time.Time) []ledgerModel {
 	return ledger
 }
 
-// finishBatch writes the batch's ledger rows, ends with the versioned
-// UPDATE by total (from cur, as read) and runs b.BeforeCommit. It returns
-// service.ErrConflict when the version moved.
+// finishBatch writes the batch's ledger rows and ends with the versioned
+// UPDATE by total (from cur, as read). It returns service.ErrConflict when
+// the version moved.
 func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, cur stockModel, total int64, now time.Time, ledger []ledgerModel) error {
 	ctx := tx.Statement.Context
 	if err := insertLedger(tx, ledger); err != nil {
@@ -178,8 +187,25 @@ func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, cur stockModel, total 
 	if upd.RowsAffected == 0 {
 		return service.ErrConflict
 	}
-	if b.BeforeCommit != nil {
-		return b.BeforeCommit()
+	return nil
+}
+
+// settleRows settles the deadline of the reserved orders rows, written
+// from cur's clock (settleDeadline), and sets it in rows.
+func settleRows(exec func(q string, args ...any) error, cur stockModel, rows []orderModel) error {
+	if len(rows) == 0 || rows[0].ExpiresAt == nil {
+		return nil
+	}
+	ids := make([]int64, len(rows))
+	for j := range rows {
+		ids[j] = rows[j].ID
+	}
+	exp, err := settleDeadline(exec, cur, rows[0].ExpiresAt, ids)
+	if err != nil {
+		return err
+	}
+	for j := range rows {
+		rows[j].ExpiresAt = exp
 	}
 	return nil
 }

@@ -66,7 +66,7 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 // readStockRow reads the SKU's stock row on conn, or returns
 // service.ErrUnknownSKU.
 func readStockRow(ctx context.Context, conn *sql.Conn, sku string) (stockModel, error) {
-	var cur stockModel
+	cur := stockModel{sent: time.Now()}
 	err := conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, payment_window_seconds, restock_seq, UTC_TIMESTAMP(6) "+
 		"FROM stock WHERE sku = ?", sku).
 		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.PaymentWindowSeconds, &cur.RestockSeq, &cur.DBNow)
@@ -110,6 +110,13 @@ func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch
 		return 0, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
 	case affected[3] == 0:
 		return 0, service.ErrConflict
+	}
+	for j := range rows {
+		rows[j].ID = ids[1] + int64(j)
+	}
+	exec := func(q string, args ...any) error { _, err := conn.ExecContext(ctx, q, args...); return err }
+	if err := settleRows(exec, cur, rows); err != nil {
+		return 0, translate(ctx, "settle deadlines", err)
 	}
 	if b.BeforeCommit != nil {
 		if err := b.BeforeCommit(); err != nil {

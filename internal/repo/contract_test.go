@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service/servicetest"
@@ -36,6 +37,29 @@ func TestStoreContract(t *testing.T) {
 				t.Fatal(err)
 			}
 			return n
+		}, HoldRow: func(t *testing.T, sku string) func() { return holdRow(t, db, sku) }, Now: func(t *testing.T) time.Time {
+			t.Helper()
+			var now time.Time
+			if err := db.QueryRowContext(t.Context(), "SELECT UTC_TIMESTAMP(6)").Scan(&now); err != nil {
+				t.Error(err)
+			}
+			return now
 		}}
 	})
+}
+
+// holdRow locks sku's stock row in a transaction of its own, as a writer
+// does, until the returned release rolls it back.
+func holdRow(t *testing.T, db *sql.DB, sku string) func() {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := tx.QueryRow("SELECT sku FROM stock WHERE sku = ? FOR UPDATE", sku).Scan(&got); err != nil {
+		_ = tx.Rollback()
+		t.Fatal(err)
+	}
+	return func() { _ = tx.Rollback() }
 }

@@ -38,8 +38,9 @@ func (s *Store) Transition(ctx context.Context, t service.Transition) (service.O
 		}
 		row := rows[0]
 		out.Order = row.order()
-		var to string
-		to, decided = service.Decide(t.Op, out.Order, row.DBNow)
+		var to service.Status
+		// Decided on the server's clock after the row lock is held.
+		to, decided = service.Decide(t.Op, out.Order, dbClock{at: row.DBNow, sent: row.sent}.now())
 		if to == row.Status {
 			return nil
 		}
@@ -111,8 +112,12 @@ func lockOrders(q *gorm.DB) ([]orderModel, error) {
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	var rows []orderModel
+	sent := time.Now()
 	if err := q.Select("*, UTC_TIMESTAMP(6) AS db_now").Find(&rows).Error; err != nil {
 		return nil, translate(q.Statement.Context, "lock orders", err)
+	}
+	for i := range rows {
+		rows[i].sent = sent
 	}
 	return rows, nil
 }
@@ -120,7 +125,7 @@ func lockOrders(q *gorm.DB) ([]orderModel, error) {
 // move writes rows, locked and reserved, to status to (storing paymentRef,
 // if any), and moves their units in the stock rows: to sold on a confirm,
 // back to available on a cancel or expiry (returns, by cause).
-func (s *Store) move(tx *gorm.DB, rows []orderModel, to, paymentRef string, cause service.Op) ([]service.Return, error) {
+func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentRef string, cause service.Op) ([]service.Return, error) {
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
@@ -205,24 +210,23 @@ func giveAllowanceBack(tx *gorm.DB, rows []orderModel) error {
 }
 
 // giveUnitsBack returns rows' units to available, SKU by SKU, with one
-// return ledger row per order. A return that may make room for an order
-// refused for stock (fewer units left than the largest order) bumps the
-// SKU's restock sequence, as a restock does; the version is left alone, so
-// a return never looks like a write past the lock.
+// return ledger row per order: each SKU's row is read locked and written as
+// service.AfterReturn says (its restock sequence moved by the one rule, once
+// per SKU); the version is left alone, so a return never looks like a
+// write past the lock.
 func (s *Store) giveUnitsBack(tx *gorm.DB, rows []orderModel, cause service.Op, now time.Time) ([]service.Return, error) {
 	var rets []service.Return
 	for _, u := range unitsBySKU(rows) {
-		// The restock sequence first: MySQL and MariaDB assign left to right,
-		// so it compares the count before the return.
-		if err := tx.Exec("UPDATE stock SET restock_seq = restock_seq + (available < ?), available = available + ?, "+
-			"reserved = reserved - ?, updated_at = ? WHERE sku = ?", s.maxQuantity, u.units, u.units, now, u.sku).Error; err != nil {
+		cur, err := readStock(tx, u.sku, true)
+		if err != nil {
 			return nil, err
 		}
-		var seq int64
-		if err := tx.Raw("SELECT restock_seq FROM stock WHERE sku = ?", u.sku).Scan(&seq).Error; err != nil {
+		after := service.AfterReturn(cur.stock(), u.units, s.maxQuantity)
+		if err := tx.Exec("UPDATE stock SET available = ?, reserved = ?, restock_seq = ?, updated_at = ? WHERE sku = ?",
+			after.Available, after.Reserved, after.RestockSeq, now, u.sku).Error; err != nil {
 			return nil, err
 		}
-		rets = append(rets, service.Return{SKU: u.sku, Orders: u.orders, Units: u.units, Cause: cause, RestockSeq: seq})
+		rets = append(rets, service.Return{SKU: u.sku, Orders: u.orders, Units: u.units, Cause: cause, RestockSeq: after.RestockSeq})
 	}
 	ledger := make([]ledgerModel, len(rows))
 	for i := range rows {

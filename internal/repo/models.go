@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"strings"
 	"time"
 
 	"github.com/seckill/stock/internal/service"
@@ -24,23 +25,45 @@ type stockModel struct {
 	// DBNow is the server's UTC clock at the read (readStock), from which
 	// a reserved order's deadline is set; never written.
 	DBNow time.Time `gorm:"column:db_now;->"`
+	// sent is this process's clock just before the read was sent.
+	sent time.Time `gorm:"-"`
 }
 
 func (stockModel) TableName() string { return "stock" }
+
+// dbClock is the server's clock as one statement read it (at), carried
+// forward by this process's monotonic clock from just before the statement
+// was sent: now is never behind the server's clock, and ahead of it by at
+// most the statement's round trip, however long the transaction has waited
+// for locks since.
+type dbClock struct {
+	at, sent time.Time
+}
+
+// now is the server's clock now, as dbClock says.
+func (c dbClock) now() time.Time {
+	if c.sent.IsZero() {
+		return c.at
+	}
+	return c.at.Add(time.Since(c.sent)).UTC()
+}
+
+// clock is the server's clock of the read of r.
+func (r stockModel) clock() dbClock { return dbClock{at: r.DBNow, sent: r.sent} }
 
 func (r stockModel) stock() service.Stock {
 	return service.Stock{SKU: r.SKU, Available: r.Available, Reserved: r.Reserved, Sold: r.Sold, Version: r.Version,
 		PerBuyerLimit: r.PerBuyerLimit, PaymentWindowSeconds: r.PaymentWindowSeconds, RestockSeq: r.RestockSeq}
 }
 
-// newOrderStatus is the status and deadline of an order placed now on this
-// row: reserved until DBNow plus the payment window, or confirmed at once.
-func (r stockModel) newOrderStatus() (string, *time.Time) {
-	if r.PaymentWindowSeconds <= 0 {
-		return service.StatusConfirmed, nil
+// newOrderStatus is the status and deadline of an order placed on this row
+// when the server's clock reads now (service.NewOrderStatus).
+func (r stockModel) newOrderStatus(now time.Time) (service.Status, *time.Time) {
+	status, d := service.NewOrderStatus(r.PaymentWindowSeconds, now)
+	if d == nil {
+		return status, nil
 	}
-	exp := r.DBNow.Add(time.Duration(r.PaymentWindowSeconds) * time.Second).UTC()
-	return service.StatusReserved, &exp
+	return status, &d.Time
 }
 
 func (r stockModel) batchRow() service.BatchRow {
@@ -55,7 +78,7 @@ type orderModel struct {
 	RequestHash    string
 	SKU            string `gorm:"column:sku"`
 	Quantity       int
-	Status         string
+	Status         service.Status
 	ExpiresAt      *time.Time
 	PaymentRef     *string
 	Fence          *int64
@@ -63,6 +86,8 @@ type orderModel struct {
 	// DBNow is the server's UTC clock at a read that asks for it
 	// (lockOrders); never written.
 	DBNow time.Time `gorm:"column:db_now;->"`
+	// sent is this process's clock just before that read was sent.
+	sent time.Time `gorm:"-"`
 }
 
 func (orderModel) TableName() string { return "orders" }
@@ -107,3 +132,30 @@ const (
 	kindRestock = "restock"
 	kindReturn  = "return"
 )
+
+// settleDeadline keeps a reservation's deadline counted from after every
+// lock its transaction waited for: the orders ids were written with the
+// deadline written, from cur's clock; when the server's clock has since
+// moved on by more than service.DeadlineSlack (a lock wait after the
+// read), exec rewrites them from now. Call it after the transaction's last
+// statement that can wait. It returns the deadline the orders have (nil:
+// confirmed at once).
+func settleDeadline(exec func(q string, args ...any) error, cur stockModel, written *time.Time, ids []int64) (*time.Time, error) {
+	if written == nil || len(ids) == 0 {
+		return written, nil
+	}
+	_, want := cur.newOrderStatus(cur.clock().now())
+	if want.Sub(*written) <= service.DeadlineSlack {
+		return written, nil
+	}
+	q := "UPDATE orders SET expires_at = ? WHERE id IN (?" + strings.Repeat(", ?", len(ids)-1) + ")"
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, *want)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	if err := exec(q, args...); err != nil {
+		return nil, err
+	}
+	return want, nil
+}

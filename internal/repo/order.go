@@ -107,7 +107,9 @@ func readStock(tx *gorm.DB, sku string, lock bool) (stockModel, error) {
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	var row stockModel
+	sent := time.Now()
 	res := q.Select("*, UTC_TIMESTAMP(6) AS db_now").Where("sku = ?", sku).Limit(1).Find(&row)
+	row.sent = sent
 	if res.Error != nil {
 		return row, translate(tx.Statement.Context, "read stock", res.Error)
 	}
@@ -212,7 +214,7 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	}
 	ctx := tx.Statement.Context
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	status, expires := cur.newOrderStatus()
+	status, expires := cur.newOrderStatus(cur.clock().now())
 	row := orderModel{Buyer: d.Buyer, IdempotencyKey: d.Key, RequestHash: d.RequestHash, SKU: d.SKU, Quantity: d.Quantity,
 		Status: status, ExpiresAt: expires, Fence: d.Fence, CreatedAt: now}
 	if err := tx.Create(&row).Error; err != nil { // row.ID from the INSERT's LastInsertId
@@ -224,7 +226,15 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	if err := updateForDeduct(tx, d, cur, now); err != nil {
 		return service.Order{}, err
 	}
+	if row.ExpiresAt, err = settleDeadline(gormExec(tx), cur, row.ExpiresAt, []int64{row.ID}); err != nil {
+		return service.Order{}, translate(ctx, "settle deadline", err)
+	}
 	return row.order(), nil
+}
+
+// gormExec runs a statement in tx.
+func gormExec(tx *gorm.DB) func(q string, args ...any) error {
+	return func(q string, args ...any) error { return tx.Exec(q, args...).Error }
 }
 
 // readForDeduct reads what d's write checks before it writes: the whole
@@ -248,6 +258,7 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 		return cur, nil
 	}
 	var got []stockModel
+	sent := time.Now()
 	if err := tx.Model(&stockModel{}).Select("per_buyer_limit, payment_window_seconds, restock_seq, UTC_TIMESTAMP(6) AS db_now").
 		Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
 		return stockModel{}, translate(tx.Statement.Context, "read stock", err)
@@ -255,6 +266,7 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 	if len(got) == 0 {
 		return stockModel{}, service.ErrUnknownSKU
 	}
+	got[0].sent = sent
 	return got[0], service.Restocked(d.Admitted, got[0].RestockSeq)
 }
 

@@ -78,7 +78,7 @@ func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.Buy
 			continue
 		}
 		o.ID, o.Buyer, o.IdempotencyKey, o.SKU, o.RequestHash = id.Int64, buyer.String, key.String, osku.String, hash.String
-		o.Quantity, o.Status, o.CreatedAt = int(quantity.Int64), status.String, created.Time
+		o.Quantity, o.Status, o.CreatedAt = int(quantity.Int64), service.Status(status.String), created.Time
 		out := o.order()
 		byKey[service.BuyerKey{Buyer: o.Buyer, Key: o.IdempotencyKey}] = &out
 	}
@@ -123,7 +123,9 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 		if cur.Available == set.Available && cur.PerBuyerLimit == set.PerBuyerLimit && cur.PaymentWindowSeconds == set.PaymentWindowSeconds {
 			return nil
 		}
-		seq := restockSeq(cur, set.Available, set.PerBuyerLimit, s.maxQuantity)
+		after := cur.stock()
+		after.Available, after.PerBuyerLimit = set.Available, set.PerBuyerLimit
+		seq := service.RestockSeqAfter(cur.stock(), after, false, s.maxQuantity)
 		delta := set.Available - cur.Available
 		out.Available, out.PerBuyerLimit, out.PaymentWindowSeconds = set.Available, set.PerBuyerLimit, set.PaymentWindowSeconds
 		out.Version, out.RestockSeq = cur.Version+1, seq
@@ -144,19 +146,6 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 		return service.Stock{}, translate(ctx, "set stock", err)
 	}
 	return out, nil
-}
-
-// restockSeq is cur's restock sequence after setting available and limit:
-// one more when the change can make room for an order refused before it
-// (more units where fewer than maxQuantity were left: a refusal for stock
-// needs fewer left than an order may ask for, and sales since only lowered
-// the count; or a limit raised, or removed), the same otherwise.
-func restockSeq(cur stockModel, available, limit, maxQuantity int64) int64 {
-	raised := cur.PerBuyerLimit > 0 && (limit == 0 || limit > cur.PerBuyerLimit)
-	if available > cur.Available && cur.Available < maxQuantity || raised {
-		return cur.RestockSeq + 1
-	}
-	return cur.RestockSeq
 }
 
 // recountPurchases rebuilds the SKU's purchase rows from its reserved and
@@ -210,14 +199,14 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 // auditOrders counts a.SKU's orders and units by status, and its keys.
 func auditOrders(tx *gorm.DB, a *service.Audit) error {
 	var byStatus []struct {
-		Status string
+		Status service.Status
 		N, Q   int64
 	}
 	if err := tx.Raw("SELECT status, COUNT(*) AS n, SUM(quantity) AS q FROM orders WHERE sku = ? GROUP BY status", a.SKU).
 		Scan(&byStatus).Error; err != nil {
 		return err
 	}
-	orders, units := map[string]int64{}, map[string]int64{}
+	orders, units := map[service.Status]int64{}, map[service.Status]int64{}
 	for _, r := range byStatus {
 		orders[r.Status], units[r.Status] = r.N, r.Q
 	}

@@ -13,17 +13,6 @@ import (
 // each transition with Decide, on the order's locked row and its own clock,
 // and applies it in one transaction with the units it returns.
 
-// Order statuses.
-const (
-	StatusReserved  = "reserved"
-	StatusConfirmed = "confirmed"
-	StatusCancelled = "cancelled"
-	StatusExpired   = "expired"
-)
-
-// Statuses is every order status, in the order an order can pass them.
-var Statuses = []string{StatusReserved, StatusConfirmed, StatusCancelled, StatusExpired}
-
 // MaxPaymentWindow bounds a SKU's payment window, in seconds (one day).
 const MaxPaymentWindow = 86400
 
@@ -86,47 +75,28 @@ type Outcome struct {
 
 // Decide is the status an order moves to when op is asked of it at now, on
 // the store's clock, and the answer: nil (moved, or already where op leads),
-// or ErrOrderExpired, ErrOrderCancelled, ErrOrderConfirmed. A reserved
-// order past its deadline moves to expired whatever the op, and op is
-// answered ErrOrderExpired (OpExpire: nil). to == o.Status: nothing changes.
-func Decide(op Op, o Order, now time.Time) (to string, err error) {
-	if o.Status == StatusReserved {
-		if o.ExpiresAt != nil && !now.Before(o.ExpiresAt.Time) {
-			if op == OpExpire {
-				return StatusExpired, nil
-			}
-			return StatusExpired, fmt.Errorf("%w: its payment window ended at %s", ErrOrderExpired, o.ExpiresAt.UTC().Format(time.RFC3339Nano))
+// or the refusal of the order's final status (ErrOrderExpired,
+// ErrOrderCancelled, ErrOrderConfirmed). A reserved order past its deadline
+// moves to expired whatever the op, and op is answered ErrOrderExpired
+// (OpExpire: nil). to == o.Status: nothing changes.
+func Decide(op Op, o Order, now time.Time) (to Status, err error) {
+	if o.Status != StatusReserved {
+		if o.Status == statusOf(op) {
+			return o.Status, nil // idempotent
 		}
-		switch op {
-		case OpConfirm:
-			return StatusConfirmed, nil
-		case OpCancel:
-			return StatusCancelled, nil
+		return o.Status, statusError(o.Status)
+	}
+	if o.ExpiresAt != nil && !now.Before(o.ExpiresAt.Time) {
+		if op == OpExpire {
+			return StatusExpired, nil
 		}
+		return StatusExpired, fmt.Errorf("%w: its payment window ended at %s", ErrOrderExpired, o.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+	if op == OpExpire {
 		return StatusReserved, nil // not due yet
 	}
-	want := map[Op]string{OpConfirm: StatusConfirmed, OpCancel: StatusCancelled, OpExpire: StatusExpired}[op]
-	if o.Status == want {
-		return o.Status, nil // idempotent
-	}
-	return o.Status, statusError(o.Status)
+	return statusOf(op), nil
 }
-
-// statusError is the answer to an op an order's final status refuses.
-func statusError(status string) error {
-	switch status {
-	case StatusExpired:
-		return ErrOrderExpired
-	case StatusCancelled:
-		return ErrOrderCancelled
-	case StatusConfirmed:
-		return ErrOrderConfirmed
-	}
-	return fmt.Errorf("service: order in unknown status %q", status)
-}
-
-// Returns reports whether moving to status gives the order's units back.
-func Returns(status string) bool { return status == StatusCancelled || status == StatusExpired }
 
 // Confirm records the payment of a reserved order. It returns the order
 // confirmed (at once, or by an earlier confirm), or ErrOrderNotFound,
@@ -166,7 +136,7 @@ func (s *Service) transition(ctx context.Context, t Transition) (Order, error) {
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
 	var out Outcome
-	err := retryBusy(wctx, func() (err error) {
+	err := retry(wctx, busyRetries, func(int) (err error) {
 		out, err = s.store.Transition(wctx, t)
 		return err
 	})
@@ -174,47 +144,28 @@ func (s *Service) transition(ctx context.Context, t Transition) (Order, error) {
 		s.returned(ctx, []Return{*out.Return})
 	}
 	if out.Moved {
-		s.metrics.CountTransitions(out.Order.Status, t.Op.String(), 1)
+		s.metrics.CountTransitions(string(out.Order.Status), t.Op.String(), 1)
 	}
 	s.metrics.ObserveTransition(t.Op.String(), outcome(err), time.Since(start))
-	if err != nil && !errors.Is(err, ErrOrderExpired) && !errors.Is(err, ErrOrderCancelled) && !errors.Is(err, ErrOrderConfirmed) {
+	if _, refused := Refusal(err); err != nil && !refused {
 		return Order{}, err
 	}
 	return out.Order, err
 }
 
-// outcome labels an answer for the metrics.
+// outcome labels an answer for the metrics: ok, the refusing status,
+// not_found or error.
 func outcome(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return "ok"
-	case errors.Is(err, ErrOrderExpired):
-		return "expired"
-	case errors.Is(err, ErrOrderCancelled):
-		return "cancelled"
-	case errors.Is(err, ErrOrderConfirmed):
-		return "confirmed"
-	case errors.Is(err, ErrOrderNotFound):
+	}
+	if st, ok := Refusal(err); ok {
+		return string(st)
+	}
+	if errors.Is(err, ErrOrderNotFound) {
 		return "not_found"
 	}
 	return "error"
-}
-
-// retryBusy runs f until it returns anything but ErrBusy, a few times at
-// most, pausing a little between tries.
-func retryBusy(ctx context.Context, f func() error) error {
-	var err error
-	for try := range 5 {
-		if err = f(); !errors.Is(err, ErrBusy) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(try+1) * 5 * time.Millisecond):
-		}
-	}
-	return err
 }
 
 // returned makes units given back visible: this instance's sold-out entry
@@ -255,7 +206,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 		got := 0
 		for _, r := range rets {
 			got += r.Orders
-			s.metrics.CountTransitions(StatusExpired, OpExpire.String(), r.Orders)
+			s.metrics.CountTransitions(string(StatusExpired), OpExpire.String(), r.Orders)
 		}
 		n += got
 		if got < SweepBatch || err != nil {

@@ -30,7 +30,7 @@ func (s *Service) Orders(ctx context.Context, buyer string, f OrderFilter) ([]Or
 	case f.SKU != "" && !ValidKey(f.SKU):
 		return nil, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
 	case f.Status != "" && !slices.Contains(Statuses, f.Status):
-		return nil, fmt.Errorf("%w: status must be one of %s", ErrInvalid, strings.Join(Statuses, ", "))
+		return nil, fmt.Errorf("%w: status must be one of %s", ErrInvalid, joinStatuses(", "))
 	case f.Limit < 1 || f.Limit > MaxPage:
 		return nil, fmt.Errorf("%w: limit must be an integer from 1 to %d", ErrInvalid, MaxPage)
 	case f.Before < 0:
@@ -53,4 +53,13 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 		return Audit{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
 	}
 	return s.store.Audit(ctx, sku)
+}
+
+// joinStatuses is every status, sep between them.
+func joinStatuses(sep string) string {
+	names := make([]string, len(Statuses))
+	for i, st := range Statuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, sep)
 }

@@ -45,3 +45,35 @@ func (r *restockSeqs) learn(sku string, seq int64) {
 		r.m[sku] = seq
 	}
 }
+
+// RestockSeqAfter is a SKU's restock sequence after its row changed from
+// before to after, returned telling whether orders gave units back (and
+// with them their buyers' allowance, while the SKU has a per-buyer limit).
+// It is before.RestockSeq + 1 when the change can let through an order
+// refused before it, and before.RestockSeq otherwise. Room is made by more
+// units where fewer than maxQuantity were left (a refusal for stock needs
+// fewer left than an order may ask for), by a per-buyer limit raised or
+// removed, and by any return on a SKU with a limit (a buyer refused for the
+// limit may now fit). One change, one bump: a store calls it once per SKU
+// per transaction, however many orders it returns.
+func RestockSeqAfter(before, after Stock, returned bool, maxQuantity int64) int64 {
+	moreUnits := after.Available > before.Available && before.Available < maxQuantity
+	limitRaised := before.PerBuyerLimit > 0 && (after.PerBuyerLimit == 0 || after.PerBuyerLimit > before.PerBuyerLimit)
+	allowanceBack := returned && before.PerBuyerLimit > 0
+	if moreUnits || limitRaised || allowanceBack {
+		return before.RestockSeq + 1
+	}
+	return before.RestockSeq
+}
+
+// AfterReturn is st after reserved orders of it give units back: the units
+// go from reserved to available, and the restock sequence moves as
+// RestockSeqAfter says for a return. Both stores apply a return through it,
+// once per SKU per transaction.
+func AfterReturn(st Stock, units, maxQuantity int64) Stock {
+	after := st
+	after.Available += units
+	after.Reserved -= units
+	after.RestockSeq = RestockSeqAfter(st, after, true, maxQuantity)
+	return after
+}

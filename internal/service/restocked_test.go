@@ -85,3 +85,50 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 		})
 	}
 }
+
+// A limit refusal stays final when a return gives the allowance back. The
+// buyer holds reservation K1 of a SKU with plenty of units and a limit of
+// one. Attempt 1 of K2 waits in instance a's line for the SKU lock; the
+// client's retry of K2 at instance b (the DB-only path) is refused for the
+// limit. Then K1 is cancelled, and a's batch takes the lock: it must not
+// place K2 (ErrBusy: retry), so the 409 is never contradicted.
+func TestLimitRefusalStaysFinalAfterAReturn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, service.Config{})
+	ctx := context.Background()
+	a := service.New(service.Config{Strategy: service.StrategyLockVersion, LockWait: time.Minute, BatchMax: 64}, e.store, e.locker, nil, e.metrics)
+	b := service.New(service.Config{Strategy: service.StrategyConditional}, e.store, e.locker, nil, e.metrics)
+	if _, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 1000, PerBuyerLimit: 1, PaymentWindowSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	k1, _, err := e.place(b, "b1", "K1")
+	if err != nil || k1.Status != service.StatusReserved {
+		t.Fatalf("K1 = %+v, %v; want reserved", k1, err)
+	}
+	h := e.holdSKU(t)
+	first := make(chan placed, 1)
+	go func() {
+		o, r, err := e.place(a, "b1", "K2")
+		first <- placed{o, r, err}
+	}()
+	for deadline := time.Now().Add(time.Minute); service.Admitted(a, e.sku) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("attempt 1 of K2 did not reach a's line within a minute")
+		}
+	}
+	if _, _, err := e.place(b, "b1", "K2"); !errors.Is(err, service.ErrLimitExceeded) {
+		t.Fatalf("retry of K2 at b = %v; want ErrLimitExceeded (a final 409)", err)
+	}
+	if _, err := b.Cancel(ctx, "b1@"+e.sku, k1.ID); err != nil {
+		t.Fatalf("cancel K1 = %v", err)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-first; !errors.Is(got.err, service.ErrBusy) {
+		t.Fatalf("attempt 1 of K2 after b's 409 and K1's cancel = %+v, %v; want ErrBusy (retry), not an order", got.o, got.err)
+	}
+	if o, err := e.store.OrderByKey(ctx, "b1@"+e.sku, "K2"); !errors.Is(err, service.ErrOrderNotFound) {
+		t.Fatalf("K2 has order %+v (%v) after b's final 409; want none", o, err)
+	}
+}

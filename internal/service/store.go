@@ -17,7 +17,7 @@ type Order struct {
 	Quantity int    `json:"quantity"`
 	// Status is StatusReserved, StatusConfirmed, StatusCancelled or
 	// StatusExpired (lifecycle.go).
-	Status string `json:"status"`
+	Status Status `json:"status"`
 	// ExpiresAt is the payment deadline of an order placed under a payment
 	// window, on the store's clock; nil for an order confirmed at once.
 	ExpiresAt   *Deadline `json:"expires_at,omitempty"`
@@ -41,7 +41,7 @@ type Stock struct {
 	// payment; 0: orders are confirmed at once.
 	PaymentWindowSeconds int64 `json:"payment_window_seconds"`
 	// RestockSeq is bumped by every change that can let a refused order
-	// through: more units, a higher or no per-buyer limit (restocked.go).
+	// through (RestockSeqAfter, restocked.go).
 	RestockSeq int64 `json:"-"`
 }
 
@@ -56,7 +56,7 @@ type Audit struct {
 	PaymentWindowSeconds int64  `json:"payment_window_seconds"`
 	Orders               int64  `json:"orders"`
 	// OrdersByStatus counts the orders in each status (every status listed).
-	OrdersByStatus    map[string]int64 `json:"orders_by_status"`
+	OrdersByStatus    map[Status]int64 `json:"orders_by_status"`
 	OrderedQuantity   int64            `json:"ordered_quantity"`   // units of every order ever placed
 	ReservedQuantity  int64            `json:"reserved_quantity"`  // units of reserved orders
 	ConfirmedQuantity int64            `json:"confirmed_quantity"` // units of confirmed orders
@@ -118,8 +118,8 @@ func (a *Audit) Check() {
 
 // CountByStatus fills OrdersByStatus and the quantities from per-status
 // counts of orders and units.
-func (a *Audit) CountByStatus(orders, units map[string]int64) {
-	a.OrdersByStatus = make(map[string]int64, len(Statuses))
+func (a *Audit) CountByStatus(orders, units map[Status]int64) {
+	a.OrdersByStatus = make(map[Status]int64, len(Statuses))
 	a.Orders, a.OrderedQuantity = 0, 0
 	for _, st := range Statuses {
 		a.OrdersByStatus[st] = orders[st]
@@ -140,7 +140,7 @@ type StockSetting struct {
 // OrderFilter selects a page of a buyer's orders.
 type OrderFilter struct {
 	SKU    string // "": any
-	Status string // "": any
+	Status Status // "": any
 	Before int64  // ids below it; 0: from the newest
 	Limit  int
 }

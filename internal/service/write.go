@@ -74,19 +74,53 @@ func (s *Service) placeRetrying(ctx context.Context, d Deduction) (Order, error)
 // the last it returns ErrBusy. Lock-free writers (version) spread their
 // retries over a few ms; ctx ending meanwhile is ErrUnavailable.
 func (s *Service) retryConflicts(ctx context.Context, attempt func(n int) error) error {
+	p := retryPolicy{on: ErrConflict, tries: s.cfg.VersionRetries + 1,
+		counted:   func() { s.metrics.Conflict(string(s.cfg.Strategy)) },
+		exhausted: func(n int) error { return fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, n) }}
+	if s.cfg.Strategy == StrategyVersion {
+		p.pause = func(n int) time.Duration {
+			return time.Duration(rand.Int64N(int64(time.Millisecond) << min(n, 4))) //nolint:gosec // G404: retry jitter, not a secret; nothing to guess
+		}
+	}
+	return retry(ctx, p, attempt)
+}
+
+// retryPolicy says which error retry retries and how.
+type retryPolicy struct {
+	on        error                     // the error retried (errors.Is)
+	tries     int                       // attempts at most
+	pause     func(n int) time.Duration // the pause after failed attempt n; nil: none
+	counted   func()                    // called on each retried error, if set
+	exhausted func(tries int) error     // the answer after the last try; nil: its error
+}
+
+// busyRetries retries a store that answered ErrBusy (a deadlock rolled
+// back) a few times, a few ms apart.
+var busyRetries = retryPolicy{on: ErrBusy, tries: 5, pause: func(n int) time.Duration { return time.Duration(n+1) * 5 * time.Millisecond }}
+
+// retry runs attempt (given its number, from 0) until it returns anything
+// but p.on, at most p.tries times, pausing as p says. It returns the last
+// attempt's answer (p.exhausted's after the last try), or ErrUnavailable
+// when ctx ends during a pause.
+func retry(ctx context.Context, p retryPolicy, attempt func(n int) error) error {
 	for n := 0; ; n++ {
 		err := attempt(n)
-		if !errors.Is(err, ErrConflict) {
+		if !errors.Is(err, p.on) {
 			return err
 		}
-		s.metrics.Conflict(string(s.cfg.Strategy))
-		if n >= s.cfg.VersionRetries {
-			return fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, n+1)
+		if p.counted != nil {
+			p.counted()
 		}
-		if s.cfg.Strategy != StrategyVersion {
+		if n+1 >= p.tries {
+			if p.exhausted != nil {
+				return p.exhausted(n + 1)
+			}
+			return err
+		}
+		if p.pause == nil {
 			continue
 		}
-		t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(n, 4)))) //nolint:gosec // G404: retry jitter, not a secret; nothing to guess
+		t := time.NewTimer(p.pause(n))
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -18,6 +18,12 @@ type ContractStore struct {
 	service.Store
 	// LedgerRows counts sku's ledger entries.
 	LedgerRows func(t *testing.T, sku string) int
+	// HoldRow holds sku's stock row as a writer of it does (MySQL: a
+	// transaction's SELECT ... FOR UPDATE), until release is called.
+	HoldRow func(t *testing.T, sku string) (release func())
+	// Now reads the store's clock, the one its deadlines are set on; it may
+	// be called from any goroutine (a failure is reported with t.Error).
+	Now func(t *testing.T) time.Time
 }
 
 // StoreContract runs the cases that pin what a service.Store does, each on
@@ -54,6 +60,9 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"Expire", contractExpire},
 		{"ReturnsMakeRoom", contractReturnsMakeRoom},
 		{"ReturnsGiveAllowanceBack", contractReturnsGiveAllowanceBack},
+		{"LimitRefusalStaysFinal", contractLimitRefusalStaysFinal},
+		{"OneBumpPerSKUAndSweep", contractOneBumpPerSKUAndSweep},
+		{"DeadlineAfterLockWait", contractDeadlineAfterLockWait},
 		{"ConcurrentTransitions", contractConcurrentTransitions},
 	}
 	for _, c := range cases {
@@ -855,7 +864,7 @@ func contractAudit(t *testing.T, s ContractStore) {
 	a := consistent(t, s, "A")
 	a.Problems = nil
 	want := service.Audit{SKU: "A", Available: 5, Sold: 17, Stocked: 22, Orders: 6, OrderedQuantity: 17, ConfirmedQuantity: 17, DistinctKeys: 6,
-		OrdersByStatus: map[string]int64{"reserved": 0, "confirmed": 6, "cancelled": 0, "expired": 0},
+		OrdersByStatus: map[service.Status]int64{"reserved": 0, "confirmed": 6, "cancelled": 0, "expired": 0},
 		PerBuyerLimit:  12, MaxBuyerHolds: 10, LedgerRestocked: 22, LedgerSold: 17, Consistent: true}
 	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("audit after the sequence = %+v; want %+v", a, want)

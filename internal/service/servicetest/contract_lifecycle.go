@@ -239,7 +239,8 @@ func contractExpire(t *testing.T, s ContractStore) {
 
 // A return that can make room for an order refused for stock (fewer units
 // left than the largest order) moves the restock sequence, so an order
-// admitted before it is told to retry; one with plenty left does not.
+// admitted before it is told to retry; one with plenty left and no
+// per-buyer limit does not (with a limit it does: LimitRefusalStaysFinal).
 func contractReturnsMakeRoom(t *testing.T, s ContractStore) {
 	setWindow(t, s, "M", 2, 0, 60)
 	a := mustDeduct(t, s, deduction("b", "m-1", "M", 1, service.WriteVersioned))

@@ -87,11 +87,12 @@ func (m *MemStore) OverdueFor(ctx context.Context) (time.Duration, error) {
 }
 
 // move sets the reserved orders ids to status to and moves their units:
-// to sold on a confirm; back to available, the buyer's allowance and a
-// return ledger entry each on a cancel or expiry, bumping the SKU's
-// restock sequence as the MySQL store does. It returns the returns per
-// SKU, in SKU order. The caller holds m.mu.
-func (m *MemStore) move(ids []int64, to, paymentRef string, cause service.Op) []service.Return {
+// to sold on a confirm; on a cancel or expiry, back to the buyer's
+// allowance and, per SKU, to available as service.AfterReturn says (one
+// restock-sequence change per SKU, as the MySQL store makes it), with a
+// return ledger entry per order. It returns the returns per SKU, in SKU
+// order. The caller holds m.mu.
+func (m *MemStore) move(ids []int64, to service.Status, paymentRef string, cause service.Op) []service.Return {
 	per := map[string]*service.Return{}
 	for _, id := range ids {
 		o := m.orders[id]
@@ -101,15 +102,11 @@ func (m *MemStore) move(ids []int64, to, paymentRef string, cause service.Op) []
 		}
 		m.orders[id] = o
 		st, q := m.stock[o.SKU], int64(o.Quantity)
-		st.Reserved -= q
 		if to == service.StatusConfirmed {
+			st.Reserved -= q
 			st.Sold += q
 			continue
 		}
-		if st.Available < m.maxQuantity() {
-			st.RestockSeq++
-		}
-		st.Available += q
 		if k := (buyerSKU{o.Buyer, o.SKU}); m.purchases[k] > 0 {
 			m.purchases[k] = max(0, m.purchases[k]-q)
 		}
@@ -121,10 +118,12 @@ func (m *MemStore) move(ids []int64, to, paymentRef string, cause service.Op) []
 		}
 		r.Orders++
 		r.Units += q
-		r.RestockSeq = st.RestockSeq
 	}
 	rets := make([]service.Return, 0, len(per))
-	for _, r := range per {
+	for sku, r := range per {
+		st := m.stock[sku]
+		st.Stock = service.AfterReturn(st.Stock, r.Units, m.maxQuantity())
+		r.RestockSeq = st.RestockSeq
 		rets = append(rets, *r)
 	}
 	slices.SortFunc(rets, func(a, b service.Return) int { return cmp.Compare(a.SKU, b.SKU) })

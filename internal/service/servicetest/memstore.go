@@ -188,6 +188,12 @@ func (m *MemStore) rowLock(sku string) *sync.Mutex {
 	return l
 }
 
+// HoldRow holds sku's row as a writer does until release is called (the
+// contract's HoldRow).
+func (m *MemStore) HoldRow(sku string) (release func()) {
+	return m.rowLock(sku).Unlock
+}
+
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // OrderByKey returns the buyer's order of key, or service.ErrOrderNotFound.
@@ -339,9 +345,9 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSe
 	if st.Available == set.Available && from == set.PerBuyerLimit && st.PaymentWindowSeconds == set.PaymentWindowSeconds {
 		return st.Stock, nil
 	}
-	if set.Available > st.Available && st.Available < m.maxQuantity() || (from > 0 && (set.PerBuyerLimit == 0 || set.PerBuyerLimit > from)) {
-		st.RestockSeq++ // room for an order refused before, as the MySQL store counts it
-	}
+	after := st.Stock
+	after.Available, after.PerBuyerLimit = set.Available, set.PerBuyerLimit
+	st.RestockSeq = service.RestockSeqAfter(st.Stock, after, false, m.maxQuantity())
 	if delta := set.Available - st.Available; delta != 0 {
 		st.stocked += delta
 		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{kind: "restock", delta: delta})
@@ -363,7 +369,7 @@ func (m *MemStore) recountPurchases(sku string) {
 		}
 	}
 	for _, o := range m.orders {
-		if o.SKU == sku && !service.Returns(o.Status) {
+		if o.SKU == sku && !o.Status.Returns() {
 			m.purchases[buyerSKU{o.Buyer, sku}] += int64(o.Quantity)
 		}
 	}
@@ -384,7 +390,7 @@ func (m *MemStore) Audit(ctx context.Context, sku string) (service.Audit, error)
 		PerBuyerLimit: st.PerBuyerLimit, PaymentWindowSeconds: st.PaymentWindowSeconds}
 	keys := make(map[service.BuyerKey]bool)
 	held := make(map[string]int64)
-	orders, units := map[string]int64{}, map[string]int64{}
+	orders, units := map[service.Status]int64{}, map[service.Status]int64{}
 	returns := m.returnRows(sku)
 	for _, o := range m.orders {
 		if o.SKU != sku {
@@ -393,11 +399,11 @@ func (m *MemStore) Audit(ctx context.Context, sku string) (service.Audit, error)
 		orders[o.Status]++
 		units[o.Status] += int64(o.Quantity)
 		keys[service.BuyerKey{Buyer: o.Buyer, Key: o.Key}] = true
-		if !service.Returns(o.Status) {
+		if !o.Status.Returns() {
 			held[o.Buyer] += int64(o.Quantity)
 		}
 		r := returns[o.ID]
-		if service.Returns(o.Status) != (len(r) == 1 && r[0] == int64(o.Quantity)) || !service.Returns(o.Status) && len(r) > 0 {
+		if o.Status.Returns() != (len(r) == 1 && r[0] == int64(o.Quantity)) || !o.Status.Returns() && len(r) > 0 {
 			a.ReturnMismatch++
 		}
 		delete(returns, o.ID)
@@ -804,10 +810,8 @@ func cloneDeadline(d *service.Deadline) *service.Deadline {
 	return &c
 }
 
-// newOrderStatus is the status and deadline of an order placed now on st.
-func newOrderStatus(st service.Stock) (string, *service.Deadline) {
-	if st.PaymentWindowSeconds <= 0 {
-		return service.StatusConfirmed, nil
-	}
-	return service.StatusReserved, &service.Deadline{Time: now().Add(time.Duration(st.PaymentWindowSeconds) * time.Second)}
+// newOrderStatus is the status and deadline of an order placed now on st
+// (service.NewOrderStatus); the caller holds st's row lock.
+func newOrderStatus(st service.Stock) (service.Status, *service.Deadline) {
+	return service.NewOrderStatus(st.PaymentWindowSeconds, now())
 }

@@ -2,6 +2,7 @@ package servicetest_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/service/servicetest"
@@ -12,7 +13,9 @@ import (
 func TestMemStoreContract(t *testing.T) {
 	servicetest.StoreContract(t, func(t *testing.T) servicetest.ContractStore {
 		m := servicetest.NewMemStore()
-		return servicetest.ContractStore{Store: m, LedgerRows: func(_ *testing.T, sku string) int { return m.LedgerRows(sku) }}
+		return servicetest.ContractStore{Store: m, LedgerRows: func(_ *testing.T, sku string) int { return m.LedgerRows(sku) },
+			HoldRow: func(_ *testing.T, sku string) func() { return m.HoldRow(sku) },
+			Now:     func(*testing.T) time.Time { return time.Now() }}
 	})
 }
 
