@@ -57,7 +57,7 @@ func holdRow(t *testing.T, db *sql.DB, sku string) func() {
 		t.Fatal(err)
 	}
 	var got string
-	if err := tx.QueryRow("SELECT sku FROM stock WHERE sku = ? FOR UPDATE", sku).Scan(&got); err != nil {
+	if err := tx.QueryRowContext(context.Background(), "SELECT sku FROM stock WHERE sku = ? FOR UPDATE", sku).Scan(&got); err != nil {
 		_ = tx.Rollback()
 		t.Fatal(err)
 	}
