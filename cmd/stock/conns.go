@@ -1,11 +1,13 @@
 package main
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/netutil"
 )
@@ -49,19 +51,24 @@ func limitConns(srv *http.Server, ln net.Listener, limit int) net.Listener {
 // usually holds a whole /64). A connection past a client's cap is closed as
 // soon as it is accepted, inside Accept, so it takes no slot of limitConns
 // (wrap this listener in that one) and holds up no other connection.
-func limitPerIP(ln net.Listener, limit int) net.Listener {
+// Refusals are logged at most once a second, with the count since the
+// last line (a client at its cap usually keeps trying).
+func limitPerIP(ln net.Listener, limit int, log *slog.Logger) net.Listener {
 	if limit <= 0 {
 		return ln
 	}
-	return &perIPListener{Listener: ln, limit: limit, open: make(map[netip.Addr]int)}
+	return &perIPListener{Listener: ln, limit: limit, log: log, open: make(map[netip.Addr]int)}
 }
 
 // perIPListener is limitPerIP's listener: the connections open per client.
 type perIPListener struct {
 	net.Listener
-	limit int
-	mu    sync.Mutex
-	open  map[netip.Addr]int // by clientKey; a client with none has no entry
+	limit   int
+	log     *slog.Logger
+	mu      sync.Mutex
+	open    map[netip.Addr]int // by clientKey; a client with none has no entry
+	refused int64              // since the last log line
+	logged  time.Time
 }
 
 // Accept returns the next connection of a client under its cap, closing
@@ -80,7 +87,24 @@ func (l *perIPListener) Accept() (net.Conn, error) {
 			return &perIPConn{Conn: c, release: func() { l.release(key) }}, nil
 		}
 		_ = c.Close() // over the cap: the client learns it from the close
+		l.noteRefused(key)
 	}
+}
+
+// noteRefused counts a refused connection and logs the count at most once
+// a second.
+func (l *perIPListener) noteRefused(key netip.Addr) {
+	l.mu.Lock()
+	l.refused++
+	now := time.Now()
+	if now.Sub(l.logged) < time.Second {
+		l.mu.Unlock()
+		return
+	}
+	n := l.refused
+	l.refused, l.logged = 0, now
+	l.mu.Unlock()
+	l.log.Warn("connections refused: a client at STOCK_MAX_CONNS_PER_IP", "client", key.String(), "cap", l.limit, "refused", n)
 }
 
 func (l *perIPListener) take(key netip.Addr) bool {

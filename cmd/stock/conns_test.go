@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -141,7 +142,7 @@ func TestConnectionCapPerClient(t *testing.T) {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }),
 		ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(limitConns(srv, limitPerIP(ln, perIP), perIP+1)) }()
+	go func() { _ = srv.Serve(limitConns(srv, limitPerIP(ln, perIP, slog.New(slog.DiscardHandler)), perIP+1)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := ln.Addr().String()
 	one, other := net.IPv4(127, 0, 0, 1), net.IPv4(127, 0, 0, 2)

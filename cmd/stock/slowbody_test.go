@@ -89,10 +89,13 @@ func TestSlowBodiesLeaveOtherClientsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("300 connections, cap 256", func(t *testing.T) {
-		url, _ := started(t, map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_MAX_CONNS": "256"})
+		url, log := startedLog(t, map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_MAX_CONNS": "256"})
 		slowBodies(t, strings.TrimPrefix(url, "http://"), 300)
 		if code := fromOther(t, url+"/v1/stock/NOPE", time.Second, "300 slow bodies open from 127.0.0.1 and STOCK_MAX_CONNS=256"); code != http.StatusNotFound {
 			t.Errorf("GET /v1/stock/NOPE = %d; want 404", code)
+		}
+		if !strings.Contains(log.String(), `"client":"127.0.0.1","cap":64`) {
+			t.Errorf("log after 300 connections from 127.0.0.1 does not say it was refused at its cap of 64:\n%s", log.String())
 		}
 	})
 	t.Run("4 connections, cap 4", func(t *testing.T) {
