@@ -1,9 +1,13 @@
 package main
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/netutil"
 )
@@ -40,4 +44,114 @@ func limitConns(srv *http.Server, ln net.Listener, limit int) net.Listener {
 		}
 	}
 	return netutil.LimitListener(ln, limit)
+}
+
+// limitPerIP caps the connections ln hands out per client at limit (0: no
+// cap); a client is a TCP peer address, an IPv6 one by its /64 (one host
+// usually holds a whole /64). A connection past a client's cap is closed as
+// soon as it is accepted, inside Accept, so it takes no slot of limitConns
+// (wrap this listener in that one) and holds up no other connection.
+// Refusals are logged at most once a second, with the count since the
+// last line (a client at its cap usually keeps trying).
+func limitPerIP(ln net.Listener, limit int, log *slog.Logger) net.Listener {
+	if limit <= 0 {
+		return ln
+	}
+	return &perIPListener{Listener: ln, limit: limit, log: log, open: make(map[netip.Addr]int)}
+}
+
+// perIPListener is limitPerIP's listener: the connections open per client.
+type perIPListener struct {
+	net.Listener
+	limit   int
+	log     *slog.Logger
+	mu      sync.Mutex
+	open    map[netip.Addr]int // by clientKey; a client with none has no entry
+	refused int64              // since the last log line
+	logged  time.Time
+}
+
+// Accept returns the next connection of a client under its cap, closing
+// the ones over it on the way.
+func (l *perIPListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := clientKey(c.RemoteAddr())
+		if !ok {
+			return c, nil // not a TCP peer: nothing to key it on
+		}
+		if l.take(key) {
+			return &perIPConn{Conn: c, release: func() { l.release(key) }}, nil
+		}
+		_ = c.Close() // over the cap: the client learns it from the close
+		l.noteRefused(key)
+	}
+}
+
+// noteRefused counts a refused connection and logs the count at most once
+// a second.
+func (l *perIPListener) noteRefused(key netip.Addr) {
+	l.mu.Lock()
+	l.refused++
+	now := time.Now()
+	if now.Sub(l.logged) < time.Second {
+		l.mu.Unlock()
+		return
+	}
+	n := l.refused
+	l.refused, l.logged = 0, now
+	l.mu.Unlock()
+	l.log.Warn("connections refused: a client at STOCK_MAX_CONNS_PER_IP", "client", key.String(), "cap", l.limit, "refused", n)
+}
+
+func (l *perIPListener) take(key netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key] >= l.limit {
+		return false
+	}
+	l.open[key]++
+	return true
+}
+
+func (l *perIPListener) release(key netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key]--; l.open[key] <= 0 {
+		delete(l.open, key)
+	}
+}
+
+// perIPConn gives its client's slot back on its first Close.
+type perIPConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *perIPConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// clientKey is the client a TCP peer address counts as: an IPv4 address
+// (an IPv4-mapped IPv6 one included) itself, an IPv6 one its /64 prefix.
+func clientKey(a net.Addr) (netip.Addr, bool) {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	ip, ok := netip.AddrFromSlice(tcp.IP)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip, true
+	}
+	return netip.PrefixFrom(ip.WithZone(""), 64).Masked().Addr(), true
 }

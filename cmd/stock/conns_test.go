@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,4 +116,98 @@ func TestConnectionCapShedsIdleKeepAlives(t *testing.T) {
 		t.Fatalf("a new client with %d idle keep-alive connections at the cap: %v; want it served", limit, err)
 	}
 	_ = resp.Body.Close()
+}
+
+// dialFrom opens a connection to addr from the loopback address local.
+func dialFrom(t *testing.T, local net.IP, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local}}
+	c, err := d.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, local, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Past STOCK_MAX_CONNS_PER_IP a client's new connection is closed at once,
+// taking no STOCK_MAX_CONNS slot: another client is still served, and the
+// client's slot is back once one of its connections closes.
+func TestConnectionCapPerClient(t *testing.T) {
+	const perIP = 2
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }),
+		ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(limitConns(srv, limitPerIP(ln, perIP, slog.New(slog.DiscardHandler)), perIP+1)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := ln.Addr().String()
+	one, other := net.IPv4(127, 0, 0, 1), net.IPv4(127, 0, 0, 2)
+	held := []net.Conn{dialFrom(t, one, addr), dialFrom(t, one, addr)} // idle, sending nothing
+	served := func(c net.Conn) error {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		return nil
+	}
+	extra := dialFrom(t, one, addr)
+	_ = extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := extra.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("connection %d of 127.0.0.1 with a cap of %d per client: read %d bytes, %v; want it closed at once", perIP+1, perIP, n, err)
+	}
+	if err := served(dialFrom(t, other, addr)); err != nil {
+		t.Fatalf("127.0.0.2 with 127.0.0.1 at its cap of %d: %v; want it served", perIP, err)
+	}
+	_ = held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := served(dialFrom(t, one, addr))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("127.0.0.1 after closing one of its %d connections: %v; want a new one served", perIP, err)
+		}
+		time.Sleep(20 * time.Millisecond) // the server sees the close a little later
+	}
+}
+
+// A client is an IPv4 address, an IPv4-mapped one as the same, or an IPv6
+// /64.
+func TestClientKey(t *testing.T) {
+	key := func(s string) netip.Addr {
+		t.Helper()
+		k, ok := clientKey(net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)))
+		if !ok {
+			t.Fatalf("clientKey(%s) not ok; want a key", s)
+		}
+		return k
+	}
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"127.0.0.1:1", "127.0.0.1:2", true},
+		{"127.0.0.1:1", "127.0.0.2:1", false},
+		{"[::ffff:10.0.0.1]:1", "10.0.0.1:2", true},
+		{"[2001:db8:1:2:aaaa::1]:1", "[2001:db8:1:2:bbbb::2]:2", true},
+		{"[2001:db8:1:2::1]:1", "[2001:db8:1:3::1]:1", false},
+		{"[fe80::1%eth0]:1", "[fe80::2]:1", true},
+	} {
+		if got := key(c.a) == key(c.b); got != c.same {
+			t.Errorf("clientKey(%s) == clientKey(%s) is %v (%v, %v); want %v", c.a, c.b, got, key(c.a), key(c.b), c.same)
+		}
+	}
+	if k, ok := clientKey(&net.UnixAddr{Name: "/tmp/s", Net: "unix"}); ok {
+		t.Errorf("clientKey(a unix socket) = %v, true; want no key", k)
+	}
 }

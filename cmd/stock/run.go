@@ -162,7 +162,7 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 	if err != nil {
 		return fmt.Errorf("listen on STOCK_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	ln = limitConns(srv, ln, cfg.MaxConns)
+	ln = limitConns(srv, limitPerIP(ln, cfg.MaxConnsPerIP, log), cfg.MaxConns)
 	_, _ = fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy) // the log says it too
 	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy, "lock_backend", cfg.LockBackend)
 

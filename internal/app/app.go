@@ -265,6 +265,7 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		PaymentToken: cfg.PaymentToken,
 		CORSOrigins:  cfg.CORSOrigins,
 		MaxBody:      cfg.MaxBody,
+		BodyTimeout:  bodyTimeout(cfg),
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: a.Store.Ping},
 			{Name: "redis", Required: (cfg.Strategy.Info().UsesLock || cfg.Strategy.Info().Counted) && cfg.RejectOnRedis(), Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
@@ -285,6 +286,16 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
 	}
 	return hcfg
+}
+
+// bodyTimeout is the handler's bound on a request body: none where
+// STOCK_HTTP_READ_TIMEOUT, counted from the request's first byte, already
+// cuts it off sooner.
+func bodyTimeout(cfg Config) time.Duration {
+	if cfg.ReadTimeout > 0 && cfg.ReadTimeout <= cfg.BodyTimeout {
+		return 0
+	}
+	return cfg.BodyTimeout
 }
 
 // Close stops the listener, closes the lock client, Redis and MySQL, and

@@ -134,6 +134,11 @@ type Config struct {
 	ReadHeaderTimeout time.Duration `env:"STOCK_HTTP_READ_HEADER_TIMEOUT" envDefault:"5s" min:"1ms"`
 	// The whole request within this.
 	ReadTimeout time.Duration `env:"STOCK_HTTP_READ_TIMEOUT" envDefault:"10s" min:"1ms"`
+	// A request body not complete within this of its headers is cut off:
+	// `408 request-timeout`, the connection closed (bodies are small, so a
+	// slow one is a client holding a connection); the shorter of this and
+	// `STOCK_HTTP_READ_TIMEOUT` applies; `0` = only that one.
+	BodyTimeout time.Duration `env:"STOCK_HTTP_BODY_TIMEOUT" envDefault:"2s" min:"1ms"`
 	// The answer within this.
 	WriteTimeout time.Duration `env:"STOCK_HTTP_WRITE_TIMEOUT" envDefault:"15s" min:"1ms"`
 	// An idle keep-alive connection is closed after this.
@@ -151,6 +156,12 @@ type Config struct {
 	// in the kernel's accept queue, and keep-alive is off until the count is
 	// down to half; `0` = no cap.
 	MaxConns int `env:"STOCK_MAX_CONNS" envDefault:"2048" range:"0,1000000"`
+	// Connections held at once per client (the TCP peer's address, an IPv6
+	// one by its /64); past it a new connection of that client is closed at
+	// once, taking no `STOCK_MAX_CONNS` slot; `0` = no cap. Behind a proxy
+	// every connection comes from the proxy: set it above the proxy's
+	// connections to this instance, or `0`.
+	MaxConnsPerIP int `env:"STOCK_MAX_CONNS_PER_IP" envDefault:"64" range:"0,1000000"`
 	// Requests per second per client IP on the `/v1` routes except admin,
 	// kept in Redis (GCRA), so shared by all instances; past it `429
 	// rate-limited` with `Retry-After` and the RateLimit headers; `0` = off.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -185,9 +186,9 @@ func exactNames(body []byte, v any) error {
 		i := slices.IndexFunc(known, func(k string) bool { return k == string(b) })
 		switch {
 		case i < 0:
-			return fmt.Errorf("%w: unknown field %q (names are case-sensitive)", errMalformed, b)
+			return fmt.Errorf("%w: unknown field %s (names are case-sensitive)", errMalformed, echoName(string(b)))
 		case seen[i]:
-			return fmt.Errorf("%w: field %q appears twice", errMalformed, b)
+			return fmt.Errorf("%w: field %s appears twice", errMalformed, echoName(string(b)))
 		}
 		seen[i] = true
 		return nil
@@ -298,11 +299,27 @@ func bodyErr(err error, maxBody int64) error {
 		return fmt.Errorf("%w: not valid JSON", errMalformed)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if n, err := strconv.Unquote(name); err == nil {
+			name = echoName(n)
+		}
 		return fmt.Errorf("%w: unknown field %s", errMalformed, name)
 	}
 	// The connection failed while the body was read: nothing for the client
 	// to fix, and it is likely gone.
 	return fmt.Errorf("%w: the request body could not be read", errMalformed)
+}
+
+// maxEchoName is the most of a member name a problem's detail repeats.
+const maxEchoName = 128
+
+// echoName quotes a member name the client sent for a problem's detail:
+// its first maxEchoName bytes (whole characters), marked with an ellipsis
+// where it was cut.
+func echoName(name string) string {
+	if c := cut(name, maxEchoName); len(c) < len(name) {
+		return strconv.Quote(c) + "…"
+	}
+	return strconv.Quote(name)
 }
 
 // kindName names a JSON type for a client.

@@ -213,3 +213,19 @@ func ceilSeconds(d time.Duration) int {
 	}
 	return int((d + time.Second - 1) / time.Second)
 }
+
+// bodyDeadline cuts off a request body not complete within d of the
+// request reaching the router (its headers read): the body's read fails as
+// a timeout, which decodeJSON answers 408, and a body no handler reads is
+// cut when net/http drains it. Once the body is whole, net/http lifts the
+// connection's read deadline (to watch for the client going away), so an
+// answer that takes longer than d is not cut.
+func bodyDeadline(d time.Duration) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Request.Body == nil || c.Request.Body == http.NoBody {
+			return
+		}
+		// It fails only off a connection (a test's recorder): nothing to cut.
+		_ = http.NewResponseController(c.Writer).SetReadDeadline(time.Now().Add(d))
+	}
+}

@@ -82,6 +82,8 @@ type instanceOpts struct {
 	expiry     time.Duration
 	soldOutTTL time.Duration
 	cors       []string // STOCK_CORS_ORIGINS
+	// noPublicMetrics leaves STOCK_METRICS_PUBLIC unset.
+	noPublicMetrics bool
 }
 
 // instance is one whole server (app.New, as cmd/stock builds it) over a
@@ -120,6 +122,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	}
 	cfg.PaymentToken = o.payment
 	cfg.CORSOrigins = o.cors
+	cfg.MetricsPublic = !o.noPublicMetrics
 	if o.expiry != 0 {
 		cfg.ExpiryInterval = o.expiry
 	}

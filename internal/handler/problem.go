@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -52,6 +53,7 @@ type kind struct {
 	kind      string
 	title     string
 	retry     bool // send Retry-After
+	close     bool // close the connection after the answer
 	showCause bool // the error text is safe and useful for the client
 }
 
@@ -60,7 +62,7 @@ type kind struct {
 var problems = []kind{
 	{err: service.ErrInvalid, status: http.StatusBadRequest, kind: "invalid-request", title: "The request is invalid", showCause: true},
 	{err: errMalformed, status: http.StatusBadRequest, kind: "invalid-request", title: "The request is invalid", showCause: true},
-	{err: errBodyTimeout, status: http.StatusRequestTimeout, kind: "request-timeout", title: "The request body was not received in time"},
+	{err: errBodyTimeout, status: http.StatusRequestTimeout, kind: "request-timeout", title: "The request body was not received in time", close: true},
 	{err: errTooLarge, status: http.StatusRequestEntityTooLarge, kind: "body-too-large", title: "The request body is too large", showCause: true},
 	{err: errMediaType, status: http.StatusUnsupportedMediaType, kind: "unsupported-media-type", title: "The body must be application/json", showCause: true},
 	{err: errInvalidToken, status: http.StatusUnauthorized, kind: "invalid-token", title: "A valid buyer bearer token is required"},
@@ -108,9 +110,9 @@ func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
 		}
 		err := c.Errors.Last().Err
 		k := classify(err)
-		p := Problem{Type: ProblemBase + k.kind, Title: k.title, Status: k.status, Instance: c.Request.URL.Path}
+		p := Problem{Type: ProblemBase + k.kind, Title: k.title, Status: k.status, Instance: instance(c)}
 		if k.showCause {
-			p.Detail = clientDetail(err, k.err)
+			p.Detail = cut(clientDetail(err, k.err), maxEcho)
 		}
 		var le *service.LimitError
 		if errors.As(err, &le) {
@@ -124,6 +126,9 @@ func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
 		}
 		if k.retry {
 			c.Header("Retry-After", "1")
+		}
+		if k.close {
+			c.Header("Connection", "close")
 		}
 		writeProblem(c, p)
 	}
@@ -173,3 +178,35 @@ type problemKey struct {
 // problemBodies caches the encoded problem bodies without detail, by
 // problemKey: bounded by the problem types times the routes.
 var problemBodies sync.Map
+
+// maxEcho is the longest `instance` or `detail` a problem carries (the API
+// document's bound): both may echo what the client sent.
+const maxEcho = 2048
+
+// instance is a problem's `instance`: the request's path as a URI reference
+// (escaped, as it was sent), at most maxEcho bytes, never ending inside a
+// %XX escape.
+func instance(c *gin.Context) string {
+	p := c.Request.URL.EscapedPath()
+	if len(p) <= maxEcho {
+		return p
+	}
+	p = p[:maxEcho]
+	if i := strings.LastIndexByte(p, '%'); i >= len(p)-2 {
+		p = p[:i]
+	}
+	return p
+}
+
+// cut is s in at most n bytes, cut at a character boundary, with any
+// invalid UTF-8 replaced first.
+func cut(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\ufffd")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +47,10 @@ type Config struct {
 	Tokens  TokenVerifier
 	MaxBody int64   // request body limit in bytes (default 4096)
 	Checks  []Check // readiness checks
+	// BodyTimeout bounds the wait for a request body from the moment its
+	// headers are in: past it the read fails and the answer is 408 with
+	// the connection closed. 0: only the server's ReadTimeout applies.
+	BodyTimeout time.Duration
 	// MaxInflight caps the requests served at once (probes not counted);
 	// past it a request is answered 503 at once. 0: no cap.
 	MaxInflight int64
@@ -103,6 +108,9 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
+	// Route on the escaped path and unescape the parameters, so an encoded
+	// slash (`/v1/stock/a%2Fb`) stays inside its parameter.
+	r.UseEscapedPath, r.UnescapePathValues = true, true
 	r.ContextWithFallback = true
 	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
@@ -111,6 +119,9 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	// observe is outermost (inside the request's span, with tracing on), so
 	// every answer is counted and logged, the 500 of a recovered panic
 	// included.
+	if cfg.BodyTimeout > 0 {
+		r.Use(bodyDeadline(cfg.BodyTimeout))
+	}
 	if cfg.TracerProvider != nil {
 		prop := cfg.Propagator
 		if prop == nil {
@@ -199,7 +210,7 @@ func recovery(log *slog.Logger) gin.HandlerFunc {
 				log.ErrorContext(c.Request.Context(), "panic", "path", c.Request.URL.Path, "request_id", RequestID(c.Request.Context()), "panic", v)
 				if !c.Writer.Written() {
 					writeProblem(c, Problem{Type: ProblemBase + internalProblem.kind, Title: internalProblem.title,
-						Status: http.StatusInternalServerError, Instance: c.Request.URL.Path})
+						Status: http.StatusInternalServerError, Instance: instance(c)})
 				}
 				c.Abort()
 			}

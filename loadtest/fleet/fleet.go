@@ -208,6 +208,9 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 			"STOCK_LOG_FORMAT":  "text",
 			// The driver reads each instance's /metrics on its public URL.
 			"STOCK_METRICS_PUBLIC": "1",
+			// The load comes from this host: one address stands for
+			// every client, so no per-client connection cap.
+			"STOCK_MAX_CONNS_PER_IP": "0",
 		}
 		if Unsafe(cfg.Strategy) {
 			env["STOCK_ALLOW_UNSAFE"] = "1"
