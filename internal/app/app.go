@@ -64,7 +64,8 @@ func WithCriticalSection(f func()) Option { return func(o *options) { o.critical
 // (tests that record spans). The caller shuts tp down.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
-// New builds a server from cfg. It checks that the database is migrated; the
+// New builds a server from cfg. It refuses weak or published secrets
+// (Config.CheckSecrets) and checks that the database is migrated; the
 // stock-change listener runs until Close.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *App, err error) {
 	var o options
@@ -80,6 +81,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 			a.Close()
 		}
 	}()
+	if err := cfg.CheckSecrets(); err != nil {
+		return nil, err
+	}
 	tokens, err := TokenVerifier(cfg)
 	if err != nil {
 		return nil, err
