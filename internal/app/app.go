@@ -317,7 +317,7 @@ func Migrate(ctx context.Context, cfg Config) (int64, error) {
 
 // TokenVerifier builds the buyers' token verifier from the settings.
 func TokenVerifier(cfg Config) (*auth.Verifier, error) {
-	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, CacheSize: cfg.JWTCacheSize}
+	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, CacheSize: cfg.JWTCacheSize, MaxLifetime: cfg.JWTMaxLifetime}
 	if cfg.JWTSecret != "" {
 		ac.Secret = []byte(cfg.JWTSecret)
 	}

@@ -185,6 +185,10 @@ type Config struct {
 	// Verified tokens each instance remembers until their `exp`, so a
 	// buyer's retries skip the signature check; `0` = off.
 	JWTCacheSize int `env:"STOCK_JWT_CACHE_SIZE" envDefault:"50000" range:"0,1000000"`
+	// Longest validity of a buyer's token: one whose `exp - iat` (`exp -
+	// now` without `iat`) is longer is refused (401), so a leaked token
+	// cannot be good for ever; `0` = no bound.
+	JWTMaxLifetime time.Duration `env:"STOCK_JWT_MAX_LIFETIME" envDefault:"24h" min:"1s"`
 	// Fault runs only: sleep inside the critical section before COMMIT.
 	CriticalDelay time.Duration `env:"STOCK_TEST_CRITICAL_DELAY" envDefault:"0"`
 	// Fault runs only: sleep inside each expiry sweep's transaction, with
