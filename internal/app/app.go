@@ -279,6 +279,7 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		ServeMetrics:   cfg.MetricsPublic,
 		TracerProvider: tp,
 		Propagator:     propagator,
+		TraceTrust:     cfg.TraceTrustPrefixes(),
 	}
 	if cfg.RateIP > 0 {
 		hcfg.Limiter = newRedisLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen(), m)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,11 @@ type Config struct {
 	// headers (default: W3C tracecontext and baggage).
 	TracerProvider trace.TracerProvider
 	Propagator     propagation.TextMapPropagator
+	// TraceTrust are the peers (the TCP peer's address) whose trace context
+	// is continued; from any other, the headers are ignored and the
+	// request starts a trace of its own, so a client can neither force
+	// sampling nor choose the trace id in the logs. None by default.
+	TraceTrust []netip.Prefix
 }
 
 // Handler serves the API. It is safe for concurrent use.
@@ -116,7 +122,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		if prop == nil {
 			prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 		}
-		r.Use(traced(cfg.TracerProvider, prop))
+		r.Use(traced(cfg.TracerProvider, prop, cfg.TraceTrust))
 	}
 	r.Use(observe(m, log, budget), recovery(log), problemMiddleware(log), inflight(cfg.MaxInflight))
 	if mw := corsFor(cfg.CORSOrigins); mw != nil {
