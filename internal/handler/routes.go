@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +48,10 @@ type Config struct {
 	Tokens  TokenVerifier
 	MaxBody int64   // request body limit in bytes (default 4096)
 	Checks  []Check // readiness checks
+	// ReadyMaxAge is how old a round of the readiness checks /readyz may
+	// answer from (default 1s); one round runs at a time, and concurrent
+	// callers share it.
+	ReadyMaxAge time.Duration
 	// MaxInflight caps the requests served at once (probes not counted);
 	// past it a request is answered 503 at once. 0: no cap.
 	MaxInflight int64
@@ -83,7 +88,7 @@ type Handler struct {
 	adminToken   string
 	paymentToken string
 	maxBody      int64
-	checks       []Check
+	ready        *readiness
 	tokens       TokenVerifier
 	log          *slog.Logger
 	budget       *logBudget
@@ -106,7 +111,11 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		return nil, err
 	}
 	budget := &logBudget{perSec: int64(cfg.LogBudget)}
-	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
+	if cfg.ReadyMaxAge <= 0 {
+		cfg.ReadyMaxAge = time.Second
+	}
+	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody,
+		ready: &readiness{checks: cfg.Checks, maxAge: cfg.ReadyMaxAge}, tokens: cfg.Tokens, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
