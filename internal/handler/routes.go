@@ -118,6 +118,9 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		ready: &readiness{checks: cfg.Checks, maxAge: cfg.ReadyMaxAge}, tokens: cfg.Tokens, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
+	// A path with a trailing slash is not listed: 404, as the API document
+	// says, not gin's redirect to the path without it.
+	r.RedirectTrailingSlash = false
 	r.ContextWithFallback = true
 	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
