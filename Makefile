@@ -4,7 +4,7 @@ export CGO_ENABLED ?= 1
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help test unit vet lint fuzz flake-check build run bench chaos api-check k6-check compose-check \
+.PHONY: help test unit vet lint fuzz flake-check build run up token k8s-secrets bench chaos api-check k6-check compose-check \
 	demo demo-throughput demo-lifecycle demo-gates demo-wrk profile
 
 help: ## list the targets
@@ -44,12 +44,35 @@ fuzz: ## each fuzz target of internal/handler for FUZZTIME inputs
 build: ## bin/stock
 	$(GO) build -o bin/stock ./cmd/stock
 
-# A development secret for the buyers' tokens unless STOCK_JWT_SECRET is set;
-# `./bin/stock token --buyer u-1` mints one with it.
-export STOCK_JWT_SECRET ?= dev-jwt-secret-change-me-0123456789
-run: build ## migrate and serve against the local MySQL and Redis
-	./bin/stock migrate
-	./bin/stock serve
+# The development secrets: .env (git-ignored), written once from .env.example
+# with each empty secret filled by `openssl rand -hex 32`; docker compose
+# reads it, and `make run` takes its tokens and JWT secret from it.
+.env:
+	@umask 077 && awk -v a="$$(openssl rand -hex 32)" -v p="$$(openssl rand -hex 32)" -v j="$$(openssl rand -hex 32)" \
+		'/^STOCK_ADMIN_TOKEN=$$/ { $$0 = $$0 a } /^STOCK_PAYMENT_TOKEN=$$/ { $$0 = $$0 p } /^STOCK_JWT_SECRET=$$/ { $$0 = $$0 j } 1' \
+		.env.example > $@.tmp && mv $@.tmp $@
+	@echo "wrote $@ with fresh secrets (the admin token: grep STOCK_ADMIN_TOKEN $@)"
+
+# The secrets of .env, each unless already set in the environment.
+dev_secrets = set -a && eval "$$(sed -nE 's/^(STOCK_ADMIN_TOKEN|STOCK_PAYMENT_TOKEN|STOCK_JWT_SECRET)=(.+)$$/: "$${\1:=\2}"/p' .env)" && set +a
+
+run: build .env ## migrate and serve against the local MySQL and Redis, with the secrets of .env (`./bin/stock token --buyer u-1` mints a buyer's token)
+	@$(dev_secrets) && ./bin/stock migrate && exec ./bin/stock serve
+
+up: .env ## docker compose up -d --build, with the secrets of .env
+	docker compose up -d --build
+
+token: build .env ## print a buyer's token for make run's server: make token BUYER=u-1
+	@$(dev_secrets) && ./bin/stock token --buyer $(or $(BUYER),u-1)
+
+# The k8s base's Secret: deploy/k8s/base/secrets.env (git-ignored), written
+# once with random values.
+deploy/k8s/base/secrets.env:
+	@umask 077 && { echo "STOCK_MYSQL_DSN=stock:$$(openssl rand -hex 16)@tcp(mysql:3306)/stock?parseTime=true"; \
+		for v in STOCK_JWT_SECRET STOCK_ADMIN_TOKEN STOCK_PAYMENT_TOKEN; do echo "$$v=$$(openssl rand -hex 32)"; done; } > $@.tmp && mv $@.tmp $@
+	@echo "wrote $@ with fresh secrets; set its STOCK_MYSQL_DSN to your MySQL user's"
+
+k8s-secrets: deploy/k8s/base/secrets.env ## write the k8s base's secrets.env once, then: kubectl apply -k deploy/k8s/base
 
 BENCH_OUT = docs/results/bench.txt.new
 bench: ## the lock beside bsm/redislock and redsync, then the order batch's writers; docs/results/bench.md

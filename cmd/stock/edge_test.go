@@ -97,9 +97,9 @@ func TestLogIsJSONWithRedisDown(t *testing.T) {
 	}
 	port := testserver.FreePort(t)
 	url, log := startedLog(t, map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_REDIS_ADDRS": fmt.Sprintf("127.0.0.1:%d", port),
-		"STOCK_ON_REDIS_DOWN": "reject", "STOCK_ADMIN_TOKEN": "tok"})
+		"STOCK_ON_REDIS_DOWN": "reject", "STOCK_ADMIN_TOKEN": testAdminToken})
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/v1/admin/stock/A", strings.NewReader(`{"available":3}`))
-	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	req.Header.Set("Content-Type", "application/json")
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		_ = resp.Body.Close()

@@ -116,6 +116,9 @@ func token(cfg app.Config, args []string, stdout io.Writer) error {
 	if cfg.JWTSecret == "" {
 		return errors.New("token: STOCK_JWT_SECRET is not set")
 	}
+	if cfg.JWTMaxLifetime > 0 && *ttl > cfg.JWTMaxLifetime {
+		return fmt.Errorf("token: --ttl %v is longer than STOCK_JWT_MAX_LIFETIME (%v): serve would refuse the token", *ttl, cfg.JWTMaxLifetime)
+	}
 	tok, err := auth.Mint([]byte(cfg.JWTSecret), *buyer, *ttl, cfg.JWTIssuer, cfg.JWTAudience)
 	if err != nil {
 		return err

@@ -48,7 +48,10 @@ func runReturned(err error) error {
 }
 
 // testJWTSecret signs the buyers' tokens of the instances these tests start.
-const testJWTSecret = apptest.JWTSecret
+var testJWTSecret = apptest.JWTSecret
+
+// testAdminToken is the admin token of the instances these tests start.
+var testAdminToken = apptest.AdminToken
 
 // testToken mints a buyer's token with testJWTSecret.
 func testToken(t testing.TB, buyer string) string { return apptest.Token(t, buyer) }
@@ -160,7 +163,7 @@ func TestUnknownCommand(t *testing.T) {
 // returns nil, and every order a client was told about exists exactly once.
 func TestGracefulShutdownUnderLoad(t *testing.T) {
 	dsn := testserver.Database(t)
-	vars := map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_ADMIN_TOKEN": "tok", "STOCK_LOG_FORMAT": "text",
+	vars := map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_ADMIN_TOKEN": testAdminToken, "STOCK_LOG_FORMAT": "text",
 		"STOCK_TEST_CRITICAL_DELAY": "20ms"}
 	if err := run(context.Background(), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
@@ -168,7 +171,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	url, stop := started(t, vars)
 	sku := fmt.Sprintf("GS-%d", time.Now().UnixNano())
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/v1/admin/stock/"+sku, strings.NewReader(`{"available":1000}`))
-	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

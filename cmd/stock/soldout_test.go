@@ -24,7 +24,7 @@ func do(t *testing.T, method, url, token, key, body string) int {
 // reaches the other by its Redis message, not by the sold-out TTL (1h here).
 func TestRestockReachesTheOtherInstance(t *testing.T) {
 	dsn := testserver.Database(t)
-	vars := map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_ADMIN_TOKEN": "tok", "STOCK_LOG_FORMAT": "text",
+	vars := map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_ADMIN_TOKEN": testAdminToken, "STOCK_LOG_FORMAT": "text",
 		"STOCK_SOLDOUT_TTL": "1h", "STOCK_REDIS_PREFIX": "t-" + uuid.NewString()[:8] + ":"}
 	if err := run(context.Background(), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
@@ -37,7 +37,7 @@ func TestRestockReachesTheOtherInstance(t *testing.T) {
 		return do(t, "POST", url+"/v1/orders", buyer, key, fmt.Sprintf(`{"sku":%q,"quantity":1}`, sku))
 	}
 	restock := func(url string, n int) {
-		if s := do(t, "PUT", url+"/v1/admin/stock/"+sku, "tok", "", fmt.Sprintf(`{"available":%d}`, n)); s != 200 {
+		if s := do(t, "PUT", url+"/v1/admin/stock/"+sku, testAdminToken, "", fmt.Sprintf(`{"available":%d}`, n)); s != 200 {
 			t.Fatalf("restock: %d", s)
 		}
 	}

@@ -64,7 +64,8 @@ func WithCriticalSection(f func()) Option { return func(o *options) { o.critical
 // (tests that record spans). The caller shuts tp down.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
-// New builds a server from cfg. It checks that the database is migrated; the
+// New builds a server from cfg. It refuses weak or published secrets
+// (Config.CheckSecrets) and checks that the database is migrated; the
 // stock-change listener runs until Close.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *App, err error) {
 	var o options
@@ -80,6 +81,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 			a.Close()
 		}
 	}()
+	if err := cfg.CheckSecrets(); err != nil {
+		return nil, err
+	}
 	tokens, err := TokenVerifier(cfg)
 	if err != nil {
 		return nil, err
@@ -276,6 +280,7 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		ServeMetrics:   cfg.MetricsPublic,
 		TracerProvider: tp,
 		Propagator:     propagator,
+		TraceTrust:     cfg.TraceTrustPrefixes(),
 	}
 	if cfg.RateIP > 0 {
 		hcfg.Limiter = newRedisLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen(), m)
@@ -324,7 +329,7 @@ func Migrate(ctx context.Context, cfg Config) (int64, error) {
 
 // TokenVerifier builds the buyers' token verifier from the settings.
 func TokenVerifier(cfg Config) (*auth.Verifier, error) {
-	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, CacheSize: cfg.JWTCacheSize}
+	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, CacheSize: cfg.JWTCacheSize, MaxLifetime: cfg.JWTMaxLifetime}
 	if cfg.JWTSecret != "" {
 		ac.Secret = []byte(cfg.JWTSecret)
 	}

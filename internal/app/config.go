@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"reflect"
 	"slices"
@@ -179,6 +180,11 @@ type Config struct {
 	// IPs or CIDRs of the proxies whose `X-Forwarded-For` is believed; empty
 	// = the client IP is the TCP peer.
 	TrustedProxies []string `env:"STOCK_TRUSTED_PROXIES"`
+	// With tracing on: IPs or CIDRs of the peers (the TCP peer, e.g. your
+	// load balancer or mesh sidecar) whose `traceparent` and `baggage` are
+	// continued; from any other peer a request starts a trace of its own.
+	// Empty = none.
+	TraceTrust []string `env:"STOCK_TRACE_TRUST"`
 	// Origins (`https://shop.example`, comma list) whose pages may call the
 	// order, order-read and stock routes from a browser (CORS); empty = no
 	// CORS headers at all. The admin routes and confirm are never open.
@@ -196,6 +202,10 @@ type Config struct {
 	// Verified tokens each instance remembers until their `exp`, so a
 	// buyer's retries skip the signature check; `0` = off.
 	JWTCacheSize int `env:"STOCK_JWT_CACHE_SIZE" envDefault:"50000" range:"0,1000000"`
+	// Longest validity of a buyer's token: one whose `exp - iat` (`exp -
+	// now` without `iat`) is longer is refused (401), so a leaked token
+	// cannot be good for ever; `0` = no bound.
+	JWTMaxLifetime time.Duration `env:"STOCK_JWT_MAX_LIFETIME" envDefault:"24h" min:"1s"`
 	// Fault runs only: sleep inside the critical section before COMMIT.
 	CriticalDelay time.Duration `env:"STOCK_TEST_CRITICAL_DELAY" envDefault:"0"`
 	// Fault runs only: sleep inside each expiry sweep's transaction, with
@@ -222,6 +232,31 @@ func (c Config) RateFailOpen() bool { return c.RateOnRedisDown == "open" }
 // LockClassicPubSub reports whether unlock messages keep to
 // PUBLISH/SUBSCRIBE on a cluster.
 func (c Config) LockClassicPubSub() bool { return c.LockPubSub == "classic" }
+
+// TraceTrustPrefixes is TraceTrust parsed (ParseEnv checked every entry).
+func (c Config) TraceTrustPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range c.TraceTrust {
+		if p, err := parsePrefix(x); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parsePrefix reads a CIDR, or an IP as the prefix of that one address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	ip = ip.Unmap()
+	return netip.PrefixFrom(ip, ip.BitLen()), nil
+}
 
 // LogJSON reports whether the log is JSON lines.
 func (c Config) LogJSON() bool { return c.LogFormat == "json" }
@@ -344,6 +379,12 @@ func (p *checker) lists(c *Config) {
 		}
 	}
 	c.TrustedProxies = proxies
+	for i, x := range c.TraceTrust {
+		c.TraceTrust[i] = strings.TrimSpace(x)
+		if _, err := parsePrefix(c.TraceTrust[i]); err != nil {
+			p.fail("STOCK_TRACE_TRUST", fmt.Sprintf("%q is not an IP or CIDR", x))
+		}
+	}
 	for i, o := range c.CORSOrigins {
 		c.CORSOrigins[i] = strings.TrimSpace(o)
 		if !validOrigin(c.CORSOrigins[i]) {

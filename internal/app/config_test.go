@@ -44,6 +44,10 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"STOCK_CORS_ORIGINS", "shop.example"},
 		{"STOCK_CORS_ORIGINS", "ftp://shop.example"},
 		{"STOCK_EXPIRY_INTERVAL", "0"},
+		{"STOCK_TRACE_TRUST", "proxy.internal"},
+		{"STOCK_TRACE_TRUST", "10.0.0.0/33"},
+		{"STOCK_JWT_MAX_LIFETIME", "-1h"},
+		{"STOCK_JWT_MAX_LIFETIME", "forever"},
 	} {
 		_, err := app.ParseEnv(env(map[string]string{c.name: c.value}))
 		if err == nil || !strings.Contains(err.Error(), c.name) {

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"maps"
@@ -55,11 +56,13 @@ func accessLine(t *testing.T, logs *testlog.Buffer, route string, status int) ma
 }
 
 // newServer starts a server over a database of its own with a debug-level
-// JSON log (so 2xx requests are logged too), traced by tp when it is set.
-func newServer(t *testing.T, tp trace.TracerProvider) (*apptest.Server, *testlog.Buffer) {
+// JSON log (so 2xx requests are logged too), traced by tp when it is set,
+// continuing the trace context of the peers in trust (STOCK_TRACE_TRUST).
+func newServer(t *testing.T, tp trace.TracerProvider, trust ...string) (*apptest.Server, *testlog.Buffer) {
 	t.Helper()
 	cfg := apptest.Config(apptest.Database(t))
 	cfg.LogLevel = "debug"
+	cfg.TraceTrust = trust
 	logs := &testlog.Buffer{}
 	var opts []app.Option
 	if tp != nil {
@@ -174,7 +177,7 @@ func TestTraceOfAnOrder(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
-	srv, logs := newServer(t, tp)
+	srv, logs := newServer(t, tp, "127.0.0.1")
 	setStock(t, srv, "SKU-T", 1)
 
 	const buyer = "buyer-who-must-not-be-traced"
@@ -237,6 +240,44 @@ func TestTraceOfAnOrder(t *testing.T) {
 	wantAttrs(t, server, map[string]string{"http.response.status_code": "409"})
 	if server.Parent.IsValid() || place.Status.Code == codes.Error || server.Status.Code == codes.Error {
 		t.Errorf("sold out: server parent %v, statuses %v %v; want a root span and no errors", server.Parent.IsValid(), server.Status, place.Status)
+	}
+}
+
+// A caller's traceparent is believed only from a peer in
+// STOCK_TRACE_TRUST: from any other, at a 0% sampler, a "sampled" flag
+// records nothing and the logs carry a trace id of the server's own, not
+// the caller's; from a trusted peer the caller's trace goes on, sampled.
+func TestTraceContextOnlyFromTrustedPeers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		trust     []string
+		continued bool
+	}{
+		{nil, false},
+		{[]string{"10.0.0.0/8", "::1"}, false},
+		{[]string{"127.0.0.0/8"}, true},
+	} {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))))
+		t.Cleanup(func() { _ = tp.Shutdown(context.WithoutCancel(t.Context())) })
+		srv, logs := newServer(t, tp, c.trust...)
+		setStock(t, srv, "SKU-P", 1)
+		if st := order(t, srv, "buyer-1", "key-1", "SKU-P", 1, callerParent); st != http.StatusCreated {
+			t.Fatalf("trust %v: POST order = %d; want 201", c.trust, st)
+		}
+		line := accessLine(t, logs, "/v1/orders", http.StatusCreated)
+		id, _ := line["trace_id"].(string)
+		if !c.continued {
+			if id == "" || id == callerTrace || len(exp.GetSpans()) != 0 {
+				t.Errorf("trust %v, traceparent %s from 127.0.0.1: log trace_id %q, %d spans recorded; want a trace id of the server's own and none recorded (0%% sampler)",
+					c.trust, callerParent, id, len(exp.GetSpans()))
+			}
+			continue
+		}
+		if id != callerTrace {
+			t.Errorf("trust %v: log trace_id %q; want the caller's %s", c.trust, id, callerTrace)
+		}
+		traceSpans(t, exp, callerTrace, 5)
 	}
 }
 

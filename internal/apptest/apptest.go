@@ -6,6 +6,8 @@ package apptest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,11 +24,24 @@ import (
 	"github.com/seckill/stock/internal/testserver"
 )
 
-// AdminToken is the admin token of Config.
-const AdminToken = "test-admin-token"
+// AdminToken is the admin token of Config: random, made when the test
+// binary starts, as serve refuses any secret published in the repository.
+var AdminToken = Secret()
 
-// JWTSecret signs the buyers' tokens that Config's servers accept.
-const JWTSecret = "test-jwt-secret-of-at-least-32-bytes!"
+// PaymentToken is a payment token a test may set (Config leaves it unset).
+var PaymentToken = Secret()
+
+// JWTSecret signs the buyers' tokens that Config's servers accept; random
+// like AdminToken.
+var JWTSecret = Secret()
+
+// Secret returns a fresh secret that serve accepts: 32 random bytes in hex,
+// as `openssl rand -hex 32` makes one.
+func Secret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
 
 // Config is the configuration of a test server over the database dsn: the
 // defaults of an empty environment (as a production server would start),

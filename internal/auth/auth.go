@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -37,6 +38,10 @@ type Config struct {
 	Issuer    string           // required iss, if set
 	Audience  string           // required in aud, if set
 	Leeway    time.Duration    // clock skew allowed on exp, nbf and iat (default 30s)
+	// MaxLifetime, when positive, refuses a token valid for longer: exp
+	// minus iat, or exp minus now when the token has no iat. A token whose
+	// iat is later than now plus Leeway is refused whatever this is.
+	MaxLifetime time.Duration
 	// CacheSize bounds the verified tokens remembered (0: none; at least 2
 	// otherwise). A token seen again within its validity skips the parse
 	// and the signature check: a buyer's retries and polls, and with EdDSA
@@ -84,7 +89,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		cfg.Now = time.Now
 	}
 	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithLeeway(cfg.Leeway), jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(cfg.Now)}
+		jwt.WithIssuedAt(), jwt.WithTimeFunc(cfg.Now)}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
@@ -119,6 +124,9 @@ func (v *Verifier) Verify(token string) (string, error) {
 	if err := ValidSubject(claims.Subject); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
+	if err := v.checkLifetime(claims); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
 	if v.cache != nil {
 		// The window the parser accepted: exp is required; nbf is optional.
 		e := verified{sub: claims.Subject, until: claims.ExpiresAt.Add(v.cfg.Leeway)}
@@ -128,6 +136,23 @@ func (v *Verifier) Verify(token string) (string, error) {
 		v.cache.put(key, e)
 	}
 	return claims.Subject, nil
+}
+
+// checkLifetime refuses a token valid for longer than MaxLifetime, from
+// its iat or, without one, from now. A remembered token needs no second
+// check: its remaining validity only shrinks.
+func (v *Verifier) checkLifetime(c jwt.RegisteredClaims) error {
+	if v.cfg.MaxLifetime <= 0 {
+		return nil
+	}
+	from := v.cfg.Now()
+	if c.IssuedAt != nil {
+		from = c.IssuedAt.Time
+	}
+	if c.ExpiresAt.Sub(from) > v.cfg.MaxLifetime {
+		return fmt.Errorf("the token is valid for longer than %v (exp - iat, or exp - now without iat)", v.cfg.MaxLifetime)
+	}
+	return nil
 }
 
 // keyOf is a token's key in the cache.
@@ -203,20 +228,34 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 }
 
 // ValidSubject returns an error saying why sub cannot be a buyer id: it
-// must be 1-MaxSubject bytes, without leading or trailing white space and
-// without control characters. Buyer ids are compared byte for byte, so
-// "alice " would be another buyer than "alice" while looking the same in
-// every log and admin screen; such ids are refused, not trimmed.
+// must be 1-MaxSubject bytes of UTF-8, without leading or trailing white
+// space, without control characters, without format characters (Unicode
+// category Cf: zero-width spaces and joiners, bidi controls, the byte
+// order mark) and without any space but U+0020 (no-break and other
+// spaces, line and paragraph separators). Buyer ids are compared byte for
+// byte, so "alice " or "al\u200bice" would be another buyer than "alice"
+// while looking the same in every log and admin screen; such ids are
+// refused, not cleaned.
 func ValidSubject(sub string) error {
 	switch {
 	case sub == "" || len(sub) > MaxSubject:
 		return fmt.Errorf("sub must be 1-%d bytes", MaxSubject)
+	case !utf8.ValidString(sub):
+		return errors.New("sub must be UTF-8")
 	case strings.TrimSpace(sub) != sub:
 		return errors.New("sub must not start or end with white space")
 	case strings.ContainsFunc(sub, unicode.IsControl):
 		return errors.New("sub must not contain control characters")
+	case strings.ContainsFunc(sub, invisible):
+		return errors.New("sub must not contain format characters or spaces other than U+0020")
 	}
 	return nil
+}
+
+// invisible reports whether r prints as nothing, or as a space that is not
+// U+0020: a format character (Cf) or a separator (Zs, Zl, Zp).
+func invisible(r rune) bool {
+	return r != ' ' && unicode.In(r, unicode.Cf, unicode.Zs, unicode.Zl, unicode.Zp)
 }
 
 // Mint returns an HS256 token for buyer, valid for ttl, with iss and aud if

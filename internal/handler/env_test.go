@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	)
 }
 
-const adminToken = apptest.AdminToken
+var adminToken = apptest.AdminToken
 
 // jwtSecret signs the buyers' tokens of the test instances.
 var jwtSecret = []byte(apptest.JWTSecret)

@@ -13,10 +13,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/service"
 )
 
-const paymentToken = "test-payment-token"
+var paymentToken = apptest.PaymentToken
 
 // The order JSON of the lifecycle, as clients read it.
 type lifecycleOrder struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -51,6 +52,10 @@ type Config struct {
 	// headers are in: past it the read fails and the answer is 408 with
 	// the connection closed. 0: only the server's ReadTimeout applies.
 	BodyTimeout time.Duration
+	// ReadyMaxAge is how old a round of the readiness checks /readyz may
+	// answer from (default 1s); one round runs at a time, and concurrent
+	// callers share it.
+	ReadyMaxAge time.Duration
 	// MaxInflight caps the requests served at once (probes not counted);
 	// past it a request is answered 503 at once. 0: no cap.
 	MaxInflight int64
@@ -74,6 +79,11 @@ type Config struct {
 	// headers (default: W3C tracecontext and baggage).
 	TracerProvider trace.TracerProvider
 	Propagator     propagation.TextMapPropagator
+	// TraceTrust are the peers (the TCP peer's address) whose trace context
+	// is continued; from any other, the headers are ignored and the
+	// request starts a trace of its own, so a client can neither force
+	// sampling nor choose the trace id in the logs. None by default.
+	TraceTrust []netip.Prefix
 }
 
 // Handler serves the API. It is safe for concurrent use.
@@ -82,7 +92,7 @@ type Handler struct {
 	adminToken   string
 	paymentToken string
 	maxBody      int64
-	checks       []Check
+	ready        *readiness
 	tokens       TokenVerifier
 	log          *slog.Logger
 	budget       *logBudget
@@ -105,12 +115,19 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		return nil, err
 	}
 	budget := &logBudget{perSec: int64(cfg.LogBudget)}
-	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
+	if cfg.ReadyMaxAge <= 0 {
+		cfg.ReadyMaxAge = time.Second
+	}
+	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody,
+		ready: &readiness{checks: cfg.Checks, maxAge: cfg.ReadyMaxAge}, tokens: cfg.Tokens, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	// Route on the escaped path and unescape the parameters, so an encoded
 	// slash (`/v1/stock/a%2Fb`) stays inside its parameter.
 	r.UseEscapedPath, r.UnescapePathValues = true, true
+	// A path with a trailing slash is not listed: 404, as the API document
+	// says, not gin's redirect to the path without it.
+	r.RedirectTrailingSlash = false
 	r.ContextWithFallback = true
 	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
@@ -127,7 +144,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		if prop == nil {
 			prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 		}
-		r.Use(traced(cfg.TracerProvider, prop))
+		r.Use(traced(cfg.TracerProvider, prop, cfg.TraceTrust))
 	}
 	r.Use(observe(m, log, budget), recovery(log), problemMiddleware(log), inflight(cfg.MaxInflight))
 	if mw := corsFor(cfg.CORSOrigins); mw != nil {

@@ -28,11 +28,14 @@ import (
 
 const lifeWindow = 2 // seconds
 
+// chaosPayment is the payment token of the lifecycle rigs' instances.
+var chaosPayment = fleet.Secret()
+
 // lifeRig is a rig whose instances sweep every 100ms, each sweep holding
 // its orders locked for sweepDelay, with a payment token.
 func lifeRig(t *testing.T, rc rigConfig, sweepDelay time.Duration) *rig {
 	rc.strategy = "lock+version"
-	env := map[string]string{"STOCK_EXPIRY_INTERVAL": "100ms", "STOCK_PAYMENT_TOKEN": "chaos-pay"}
+	env := map[string]string{"STOCK_EXPIRY_INTERVAL": "100ms", "STOCK_PAYMENT_TOKEN": chaosPayment}
 	if sweepDelay > 0 {
 		env["STOCK_TEST_SWEEP_DELAY"] = sweepDelay.String()
 	}
@@ -61,7 +64,7 @@ func (r *rig) lifeLoad(ctx context.Context, stock int64, d time.Duration, seen *
 	out := make(chan lifeOutcome, 1)
 	go func() {
 		res, err := driver.RunLifecycle(ctx, driver.LifecycleConfig{
-			URLs: r.fleet.URLs(), AdminToken: r.token, PaymentToken: "chaos-pay", JWTSecret: fleet.JWTSecret,
+			URLs: r.fleet.URLs(), AdminToken: r.token, PaymentToken: chaosPayment, JWTSecret: fleet.JWTSecret,
 			Stock: stock, PerBuyerLimit: 1, Window: lifeWindow, Rate: 60, Duration: d, Concurrency: 40,
 			MySQLDSN: r.dsn, Label: r.t.Name(),
 			Observe: func(op string, code int, at time.Time) {

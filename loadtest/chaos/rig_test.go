@@ -130,7 +130,7 @@ type rig struct {
 func newRig(t *testing.T, rc rigConfig) *rig {
 	t.Helper()
 	ctx := context.Background()
-	r := &rig{t: t, token: "chaos-" + driver.NewRunID(), sku: "chaos-" + driver.NewRunID()}
+	r := &rig{t: t, token: fleet.Secret(), sku: "chaos-" + driver.NewRunID()}
 	addr := rc.redisAddr
 	if addr == "" {
 		r.redis = testserver.StartRedis(t)

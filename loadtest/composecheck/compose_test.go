@@ -2,7 +2,10 @@ package composecheck
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,22 +31,47 @@ var replicas = []string{"stock1", "stock2", "stock3"}
 // loadProject loads docker-compose.yml the way `docker compose` does (schema
 // validation, interpolation, merge keys, profiles), with env as the whole
 // environment so the developer's shell cannot change the result.
+// The file has no default for a secret: the secrets that `make .env` would
+// write are added to env unless it sets them.
 func loadProject(t testing.TB, env map[string]string, profiles ...string) *types.Project {
 	t.Helper()
+	all := map[string]string{}
+	for _, k := range composeSecrets {
+		all[k] = randomSecret(t)
+	}
+	maps.Copy(all, env)
+	p, err := loadComposeFile(all, profiles...)
+	if err != nil {
+		t.Fatalf("load %s with profiles %v: %v", composeFile, profiles, err)
+	}
+	return p
+}
+
+// composeSecrets are the variables docker-compose.yml requires.
+var composeSecrets = []string{"STOCK_ADMIN_TOKEN", "STOCK_PAYMENT_TOKEN", "STOCK_JWT_SECRET"}
+
+// loadComposeFile loads docker-compose.yml with env as the whole environment.
+func loadComposeFile(env map[string]string, profiles ...string) (*types.Project, error) {
 	abs, err := filepath.Abs(composeFile)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	details := types.ConfigDetails{
 		WorkingDir:  filepath.Dir(abs),
 		ConfigFiles: []types.ConfigFile{{Filename: abs}},
 		Environment: types.Mapping(env),
 	}
-	p, err := loader.LoadWithContext(context.Background(), details, loader.WithProfiles(profiles))
-	if err != nil {
-		t.Fatalf("load %s with profiles %v: %v", composeFile, profiles, err)
+	return loader.LoadWithContext(context.Background(), details, loader.WithProfiles(profiles))
+}
+
+// randomSecret is a secret as `openssl rand -hex 32` makes one.
+func randomSecret(t testing.TB) string {
+	t.Helper()
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
 	}
-	return p
+	return hex.EncodeToString(b[:])
 }
 
 func service(t testing.TB, p *types.Project, name string) types.ServiceConfig {

@@ -42,6 +42,45 @@ func kustomizations(t testing.TB) []string {
 	return dirs
 }
 
+// k8sFiles is deploy/k8s and dir (absolute paths) in memory, at their
+// paths on disk, with the base's secrets.env as `make k8s-secrets` writes it
+// (the file is git-ignored; any one on disk is left out).
+func k8sFiles(t testing.TB, dir string) filesys.FileSystem {
+	t.Helper()
+	fs := filesys.MakeFsInMemory()
+	k8s, err := filepath.Abs(k8sDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretsFile := filepath.Join(k8s, "base", "secrets.env")
+	for _, top := range []string{k8s, dir} {
+		err := filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || path == secretsFile {
+				return err
+			}
+			b, err := os.ReadFile(path) //nolint:gosec // G304: the repository's own files and the test's fixtures
+			if err != nil {
+				return err
+			}
+			return fs.WriteFile(path, b)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	secrets := "STOCK_MYSQL_DSN=stock:" + randomSecret(t)[:32] + "@tcp(mysql:3306)/stock?parseTime=true\n"
+	for _, k := range []string{"STOCK_JWT_SECRET", "STOCK_ADMIN_TOKEN", "STOCK_PAYMENT_TOKEN"} {
+		secrets += k + "=" + randomSecret(t) + "\n"
+	}
+	if err := fs.WriteFile(secretsFile, []byte(secrets)); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// k8sSecretsFile is the base's generated, git-ignored secrets.
+var k8sSecretsFile = filepath.Join(k8sDir, "base", "secrets.env")
+
 // manifests is one kustomization built and decoded.
 type manifests struct {
 	deployment *appsv1.Deployment
@@ -59,7 +98,11 @@ type manifests struct {
 func build(t testing.TB, dir string) manifests {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := k.Run(k8sFiles(t, abs), abs)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}

@@ -129,8 +129,7 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 		// A clean-up: the test's context is done by now.
 		_, _ = db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+dbName+"`")
 	})
-	const secret = "composecheck-jwt-secret-0123456789abcdef"
-	const admin = "composecheck-admin"
+	secret, admin := randomSecret(t), randomSecret(t)
 	env := map[string]string{
 		"STOCK_MYSQL_DSN":    sharedMySQL + dbName + "?parseTime=true",
 		"STOCK_REDIS_ADDRS":  sharedRedis,

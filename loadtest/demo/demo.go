@@ -286,7 +286,7 @@ func writeReports(ctx context.Context, o options, rep driver.Report, stdout io.W
 // demo runs every phase for every strategy and prints each phase's table.
 func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, error) {
 	runID := driver.NewRunID()
-	token := "demo-" + driver.NewRunID()
+	token := fleet.Secret()
 	var sections []driver.Section
 	var ceiling []driver.RateResult
 	if o.ceiling != nil {

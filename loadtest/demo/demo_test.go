@@ -44,7 +44,7 @@ func TestProof(t *testing.T) {
 			if err := fleet.Migrate(ctx, bin, dsn); err != nil {
 				t.Fatal(err)
 			}
-			token := "proof-" + driver.NewRunID()
+			token := fleet.Secret()
 			f, err := fleet.Start(ctx, fleet.Config{
 				Bin: bin, N: 3, DSN: dsn, RedisAddr: testserver.SharedRedis, AdminToken: token,
 				Strategy: tc.strategy, LogDir: t.TempDir(), Name: dbSafe(tc.strategy), Env: demoEnv,
@@ -150,7 +150,7 @@ func TestLifecycleProof(t *testing.T) {
 	if err := fleet.Migrate(ctx, bin, dsn); err != nil {
 		t.Fatal(err)
 	}
-	token := "life-" + driver.NewRunID()
+	token := fleet.Secret()
 	env := unlimitedEnv()
 	env["STOCK_PAYMENT_TOKEN"] = token + "-pay"
 	f, err := fleet.Start(ctx, fleet.Config{Bin: bin, N: 3, DSN: dsn, RedisAddr: testserver.SharedRedis, AdminToken: token,

@@ -11,7 +11,9 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -42,7 +44,16 @@ func Build(ctx context.Context, goTool, dir string) (string, error) {
 
 // JWTSecret is the STOCK_JWT_SECRET of every instance a fleet starts; the
 // load driver signs its buyers' tokens with it (driver.Config.JWTSecret).
-const JWTSecret = "load-test-jwt-secret-not-for-production" //nolint:gosec // G101: the load test's own secret, named so, not a credential
+// It is made afresh by each process, as serve refuses published secrets.
+var JWTSecret = Secret()
+
+// Secret returns a fresh secret that serve accepts (an admin or payment
+// token, a JWT secret): 32 random bytes in hex.
+func Secret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
 
 // serviceEnv is the environment of a stock process: ours, minus any STOCK_
 // setting of the caller's, plus the given ones.
