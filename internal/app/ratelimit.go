@@ -1,8 +1,12 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
@@ -58,4 +62,90 @@ func (l *redisLimiter) Allow(ctx context.Context, key string) (handler.Decision,
 		l.metrics.RateLimit("limited")
 	}
 	return d, nil
+}
+
+// authThrottle is the handler's AuthThrottle in Redis: per client key, a
+// counter of failed token checks that expires a window after the first
+// failure, so every instance shares one count. A request whose token passed
+// costs one round trip of two reads; a failure one script run.
+type authThrottle struct {
+	rdb      redis.UniversalClient
+	prefix   string
+	limit    int64
+	window   time.Duration
+	failOpen bool
+	metrics  *metrics.Metrics
+}
+
+func newAuthThrottle(rdb redis.UniversalClient, prefix string, limit int, window time.Duration, failOpen bool, m *metrics.Metrics) *authThrottle {
+	return &authThrottle{rdb: rdb, prefix: prefix + "authfail:", limit: int64(limit), window: window, failOpen: failOpen, metrics: m}
+}
+
+// countFailure adds one failure to KEYS[1], starting its window of ARGV[1]
+// milliseconds at the first (a count left without an expiry gets one too),
+// and returns the count and the milliseconds left of the window.
+var countFailure = redis.NewScript(`
+local n = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {n, ttl}
+`)
+
+// Check implements handler.AuthThrottle: a client is refused once it has
+// used up the limit of failures in its window (so at most limit token
+// guesses a window reach a check's answer).
+func (t *authThrottle) Check(ctx context.Context, key string, failed bool) (handler.Decision, error) {
+	n, ttl, err := t.count(ctx, t.prefix+key, failed)
+	if err != nil {
+		d := handler.Decision{Allowed: t.failOpen}
+		if t.failOpen {
+			t.metrics.RateLimit("failed_open")
+		} else {
+			t.metrics.RateLimit("failed_closed")
+			d.RetryAfter = time.Second
+		}
+		return d, err
+	}
+	// The limit-th failure is still answered (401); every request after it
+	// is refused.
+	d := handler.Decision{Allowed: n < t.limit, RetryAfter: ttl, Reset: ttl}
+	if failed {
+		d.Allowed = n <= t.limit
+	}
+	if !d.Allowed {
+		t.metrics.RateLimit("limited")
+	}
+	return d, nil
+}
+
+// count returns the failures of key in its window and the time left of it,
+// counting one more first when failed.
+func (t *authThrottle) count(ctx context.Context, key string, failed bool) (int64, time.Duration, error) {
+	if failed {
+		v, err := countFailure.Run(ctx, t.rdb, []string{key}, t.window.Milliseconds()).Int64Slice()
+		if err != nil || len(v) != 2 {
+			return 0, 0, fmt.Errorf("auth throttle: count a failure: %w", cmp.Or(err, errors.New("unexpected reply")))
+		}
+		return v[0], time.Duration(v[1]) * time.Millisecond, nil
+	}
+	var get *redis.StringCmd
+	var ttl *redis.DurationCmd
+	_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, ttl = p.Get(ctx, key), p.PTTL(ctx, key)
+		return nil
+	})
+	if errors.Is(err, redis.Nil) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("auth throttle: read the count: %w", err)
+	}
+	n, err := get.Int64()
+	if err != nil {
+		return 0, 0, fmt.Errorf("auth throttle: read the count: %w", err)
+	}
+	return n, max(ttl.Val(), 0), nil
 }

@@ -49,12 +49,17 @@ type Config struct {
 	// MaxInflight caps the requests served at once (probes not counted);
 	// past it a request is answered 503 at once. 0: no cap.
 	MaxInflight int64
-	// Limiter, if set, limits requests per client IP on the /v1 routes
-	// (admin routes excepted).
+	// Limiter, if set, limits requests per client IP (an IPv6 client per
+	// /64) on the /v1 routes (admin routes excepted).
 	Limiter RateLimiter
 	// BuyerLimiter, if set, limits requests per buyer on the order routes,
 	// after authentication.
 	BuyerLimiter RateLimiter
+	// AuthThrottle, if set, counts the failed buyer, admin and payment token
+	// checks per client IP (keyed as Limiter's); past its budget every
+	// request of that client on a route that needs a token is 429
+	// rate-limited with Retry-After, a right token's too.
+	AuthThrottle AuthThrottle
 	// TrustedProxies are the proxies (IPs or CIDRs) whose X-Forwarded-For is
 	// believed when finding the client IP; none by default (RemoteAddr).
 	TrustedProxies []string
@@ -79,6 +84,7 @@ type Handler struct {
 	maxBody      int64
 	checks       []Check
 	tokens       TokenVerifier
+	throttle     AuthThrottle
 	log          *slog.Logger
 	budget       *logBudget
 }
@@ -100,7 +106,8 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		return nil, err
 	}
 	budget := &logBudget{perSec: int64(cfg.LogBudget)}
-	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens, log: log, budget: budget}
+	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody, checks: cfg.Checks, tokens: cfg.Tokens,
+		throttle: cfg.AuthThrottle, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
@@ -108,6 +115,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("handler: trusted proxies: %w", err)
 	}
+	r.Use(securityHeaders) // first: whatever answers, the headers are set
 	// observe is outermost (inside the request's span, with tracing on), so
 	// every answer is counted and logged, the 500 of a recovered panic
 	// included.
@@ -150,9 +158,8 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	}
 	buyers.POST("", h.placeOrder)
 	get(buyers, "", h.listOrders)
-	own := v1.Group("/orders", h.authBuyer)
-	get(own, "/:id", h.getOrder)
-	own.POST("/:id/cancel", h.cancelOrder)
+	get(buyers, "/:id", h.getOrder)
+	buyers.POST("/:id/cancel", h.cancelOrder)
 	get(v1, "/stock/:sku", h.getStock)
 	admin := r.Group("/v1/admin", h.admin)
 	admin.PUT("/stock/:sku", h.setStock)
