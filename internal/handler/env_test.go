@@ -82,6 +82,9 @@ type instanceOpts struct {
 	expiry     time.Duration
 	soldOutTTL time.Duration
 	cors       []string // STOCK_CORS_ORIGINS
+	// noAuthThrottle sets STOCK_AUTH_FAILURES_PER_MINUTE=0, for the tests
+	// that send more wrong tokens from one IP than its default budget.
+	noAuthThrottle bool
 }
 
 // instance is one whole server (app.New, as cmd/stock builds it) over a
@@ -120,6 +123,9 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	}
 	cfg.PaymentToken = o.payment
 	cfg.CORSOrigins = o.cors
+	if o.noAuthThrottle {
+		cfg.AuthFailures = 0
+	}
 	if o.expiry != 0 {
 		cfg.ExpiryInterval = o.expiry
 	}
