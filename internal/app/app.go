@@ -282,6 +282,7 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 	}
 	if cfg.AuthFailures > 0 {
 		hcfg.AuthThrottle = newAuthThrottle(rdb, cfg.RedisPrefix, cfg.AuthFailures, time.Minute, cfg.RateFailOpen(), m)
+		log.Info("failed token checks counted per client IP", "per_minute", cfg.AuthFailures)
 	}
 	if cfg.RateBuyer > 0 {
 		hcfg.BuyerLimiter = newRedisLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen(), m)

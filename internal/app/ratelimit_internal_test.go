@@ -104,3 +104,15 @@ func BenchmarkAuthThrottleFailed(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRedisRoundTrip is one PING to the shared Redis: the floor of
+// BenchmarkAuthThrottlePassed, which is one round trip too.
+func BenchmarkRedisRoundTrip(b *testing.B) {
+	th := newTestThrottle(b, testserver.SharedRedis, 20, time.Minute, true)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := th.rdb.Ping(b.Context()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
