@@ -167,7 +167,9 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	get(admin, "/orders/:id", h.getOrder)
 	admin.POST("/orders/:id/cancel", h.cancelOrder)
 	// Confirm is the payment service's (or the admin's): a back-office
-	// route, not limited per client IP, as one service sends every confirm.
+	// route, not limited per client IP, as one service sends every confirm
+	// (only its failed token checks are counted, as on every route that
+	// needs a token).
 	r.Group("/v1/admin/orders", h.payment).POST("/:id/confirm", h.confirmOrder)
 	get(r, "/healthz", h.healthz)
 	get(r, "/readyz", h.readyz)

@@ -67,6 +67,9 @@ func TestTokenGuessingIsThrottled(t *testing.T) {
 		}
 	}
 	refusedEverywhere(t, []*instance{a, b}, pay, "after 10 wrong buyer and 10 wrong payment tokens")
+	if got := d.ordersOf(t, "G"); len(got) != 1 || got["after-the-window"] == 0 {
+		t.Fatalf("orders of G in MySQL = %v; want only after-the-window's (a refused order writes nothing)", got)
+	}
 }
 
 // refusedEverywhere checks that every route that needs a token answers 429
