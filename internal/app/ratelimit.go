@@ -1,9 +1,7 @@
 package app
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,8 +64,10 @@ func (l *redisLimiter) Allow(ctx context.Context, key string) (handler.Decision,
 
 // authThrottle is the handler's AuthThrottle in Redis: per client key, a
 // counter of failed token checks that expires a window after the first
-// failure, so every instance shares one count. A request whose token passed
-// costs one round trip of two reads; a failure one script run.
+// failure, so every instance shares one count. Every check is one run of
+// one script (a read when the token passed, an increment when it failed),
+// so a refused client cannot tell from the answer's timing whether its
+// token was right.
 type authThrottle struct {
 	rdb      redis.UniversalClient
 	prefix   string
@@ -81,10 +81,14 @@ func newAuthThrottle(rdb redis.UniversalClient, prefix string, limit int, window
 	return &authThrottle{rdb: rdb, prefix: prefix + "authfail:", limit: int64(limit), window: window, failOpen: failOpen, metrics: m}
 }
 
-// countFailure adds one failure to KEYS[1], starting its window of ARGV[1]
-// milliseconds at the first (a count left without an expiry gets one too),
-// and returns the count and the milliseconds left of the window.
-var countFailure = redis.NewScript(`
+// countFailures returns the failures counted in KEYS[1] and the
+// milliseconds left of their window; with ARGV[2] = 1 it counts one more
+// first, starting a window of ARGV[1] milliseconds at the first failure (a
+// count left without an expiry gets one too).
+var countFailures = redis.NewScript(`
+if ARGV[2] ~= '1' then
+  return {tonumber(redis.call('GET', KEYS[1]) or '0'), redis.call('PTTL', KEYS[1])}
+end
 local n = redis.call('INCR', KEYS[1])
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then
@@ -98,7 +102,14 @@ return {n, ttl}
 // used up the limit of failures in its window (so at most limit token
 // guesses a window reach a check's answer).
 func (t *authThrottle) Check(ctx context.Context, key string, failed bool) (handler.Decision, error) {
-	n, ttl, err := t.count(ctx, t.prefix+key, failed)
+	inc := 0
+	if failed {
+		inc = 1
+	}
+	v, err := countFailures.Run(ctx, t.rdb, []string{t.prefix + key}, t.window.Milliseconds(), inc).Int64Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("a reply of %d values", len(v))
+	}
 	if err != nil {
 		d := handler.Decision{Allowed: t.failOpen}
 		if t.failOpen {
@@ -107,8 +118,9 @@ func (t *authThrottle) Check(ctx context.Context, key string, failed bool) (hand
 			t.metrics.RateLimit("failed_closed")
 			d.RetryAfter = time.Second
 		}
-		return d, err
+		return d, fmt.Errorf("auth throttle: %w", err)
 	}
+	n, ttl := v[0], time.Duration(max(v[1], 0))*time.Millisecond
 	// The limit-th failure is still answered (401); every request after it
 	// is refused.
 	d := handler.Decision{Allowed: n < t.limit, RetryAfter: ttl, Reset: ttl}
@@ -119,33 +131,4 @@ func (t *authThrottle) Check(ctx context.Context, key string, failed bool) (hand
 		t.metrics.RateLimit("limited")
 	}
 	return d, nil
-}
-
-// count returns the failures of key in its window and the time left of it,
-// counting one more first when failed.
-func (t *authThrottle) count(ctx context.Context, key string, failed bool) (int64, time.Duration, error) {
-	if failed {
-		v, err := countFailure.Run(ctx, t.rdb, []string{key}, t.window.Milliseconds()).Int64Slice()
-		if err != nil || len(v) != 2 {
-			return 0, 0, fmt.Errorf("auth throttle: count a failure: %w", cmp.Or(err, errors.New("unexpected reply")))
-		}
-		return v[0], time.Duration(v[1]) * time.Millisecond, nil
-	}
-	var get *redis.StringCmd
-	var ttl *redis.DurationCmd
-	_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get, ttl = p.Get(ctx, key), p.PTTL(ctx, key)
-		return nil
-	})
-	if errors.Is(err, redis.Nil) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("auth throttle: read the count: %w", err)
-	}
-	n, err := get.Int64()
-	if err != nil {
-		return 0, 0, fmt.Errorf("auth throttle: read the count: %w", err)
-	}
-	return n, max(ttl.Val(), 0), nil
 }

@@ -80,7 +80,8 @@ func TestAuthThrottleRedisDown(t *testing.T) {
 }
 
 // BenchmarkAuthThrottlePassed is the throttle's cost to a request whose
-// token passed (every order): one round trip to Redis of two reads.
+// token passed (every order): one round trip to Redis, a script of two
+// reads.
 func BenchmarkAuthThrottlePassed(b *testing.B) {
 	th := newTestThrottle(b, testserver.SharedRedis, 20, time.Minute, true)
 	if _, err := th.Check(b.Context(), "k", true); err != nil {
