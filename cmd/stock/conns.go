@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/net/netutil"
+
+	"github.com/seckill/stock/internal/handler"
 )
 
 // limitConns caps the connections srv holds at once at limit (0: no cap), so
@@ -138,8 +140,8 @@ func (c *perIPConn) Close() error {
 	return err
 }
 
-// clientKey is the client a TCP peer address counts as: an IPv4 address
-// (an IPv4-mapped IPv6 one included) itself, an IPv6 one its /64 prefix.
+// clientKey is the client a TCP peer address counts as: the address of its
+// handler.ClientPrefix, the block every per-client limit counts as one.
 func clientKey(a net.Addr) (netip.Addr, bool) {
 	tcp, ok := a.(*net.TCPAddr)
 	if !ok {
@@ -149,9 +151,5 @@ func clientKey(a net.Addr) (netip.Addr, bool) {
 	if !ok {
 		return netip.Addr{}, false
 	}
-	ip = ip.Unmap()
-	if ip.Is4() {
-		return ip, true
-	}
-	return netip.PrefixFrom(ip.WithZone(""), 64).Masked().Addr(), true
+	return handler.ClientPrefix(ip).Addr(), true
 }

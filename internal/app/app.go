@@ -260,8 +260,8 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 	a.closers = append(a.closers, func() { stopReconciling(); <-reconciled })
 }
 
-// handlerConfig is the HTTP edge's configuration: probes, tokens, caps and
-// rate limits.
+// handlerConfig is the HTTP edge's configuration: probes, tokens, caps,
+// rate limits and the count of failed token checks.
 func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerProvider, log *slog.Logger) handler.Config {
 	rdb, m := a.Redis, a.Metrics
 	hcfg := handler.Config{
@@ -285,6 +285,10 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 	if cfg.RateIP > 0 {
 		hcfg.Limiter = newRedisLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen(), m)
 		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen()])
+	}
+	if cfg.AuthFailures > 0 {
+		hcfg.AuthThrottle = newAuthThrottle(rdb, cfg.RedisPrefix, cfg.AuthFailures, time.Minute, cfg.RateFailOpen(), m)
+		log.Info("failed token checks counted per client IP", "per_minute", cfg.AuthFailures)
 	}
 	if cfg.RateBuyer > 0 {
 		hcfg.BuyerLimiter = newRedisLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen(), m)

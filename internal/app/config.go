@@ -163,9 +163,10 @@ type Config struct {
 	// every connection comes from the proxy: set it above the proxy's
 	// connections to this instance, or `0`.
 	MaxConnsPerIP int `env:"STOCK_MAX_CONNS_PER_IP" envDefault:"64" range:"0,1000000"`
-	// Requests per second per client IP on the `/v1` routes except admin,
-	// kept in Redis (GCRA), so shared by all instances; past it `429
-	// rate-limited` with `Retry-After` and the RateLimit headers; `0` = off.
+	// Requests per second per client IP (an IPv6 client per /64) on the
+	// `/v1` routes except admin, kept in Redis (GCRA), so shared by all
+	// instances; past it `429 rate-limited` with `Retry-After` and the
+	// RateLimit headers; `0` = off.
 	RateIP int `env:"STOCK_RATE_IP" envDefault:"0" range:"0,1000000"`
 	// The per-IP burst; `0` = the rate.
 	RateIPBurst int `env:"STOCK_RATE_IP_BURST" envDefault:"0" range:"0,1000000"`
@@ -174,8 +175,14 @@ type Config struct {
 	RateBuyer int `env:"STOCK_RATE_BUYER" envDefault:"0" range:"0,1000000"`
 	// The per-buyer burst; `0` = the rate.
 	RateBuyerBurst int `env:"STOCK_RATE_BUYER_BURST" envDefault:"0" range:"0,1000000"`
-	// `open`: requests pass while the limiter cannot ask Redis; `closed`:
-	// they get 429.
+	// Failed token checks (buyer, admin, payment) per client IP in a minute,
+	// counted in Redis, so shared by all instances; past it that IP gets
+	// `429 rate-limited` with `Retry-After` on every route that needs a
+	// token, a right token too, until its minute (from its first failure)
+	// is over; `0` = off.
+	AuthFailures int `env:"STOCK_AUTH_FAILURES_PER_MINUTE" envDefault:"20" range:"0,1000000"`
+	// `open`: requests pass while the limiters (and the failed-token
+	// count) cannot ask Redis; `closed`: they get 429.
 	RateOnRedisDown string `env:"STOCK_RATE_ON_REDIS_DOWN" envDefault:"open" oneof:"open,closed"`
 	// IPs or CIDRs of the proxies whose `X-Forwarded-For` is believed; empty
 	// = the client IP is the TCP peer.

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
@@ -56,6 +58,77 @@ func (l *redisLimiter) Allow(ctx context.Context, key string) (handler.Decision,
 		l.metrics.RateLimit("allowed")
 	} else {
 		l.metrics.RateLimit("limited")
+	}
+	return d, nil
+}
+
+// authThrottle is the handler's AuthThrottle in Redis: per client key, a
+// counter of failed token checks that expires a window after the first
+// failure, so every instance shares one count. Every check is one run of
+// one script (a read when the token passed, an increment when it failed),
+// so a refused client cannot tell from the answer's timing whether its
+// token was right.
+type authThrottle struct {
+	rdb      redis.UniversalClient
+	prefix   string
+	limit    int64
+	window   time.Duration
+	failOpen bool
+	metrics  *metrics.Metrics
+}
+
+func newAuthThrottle(rdb redis.UniversalClient, prefix string, limit int, window time.Duration, failOpen bool, m *metrics.Metrics) *authThrottle {
+	return &authThrottle{rdb: rdb, prefix: prefix + "authfail:", limit: int64(limit), window: window, failOpen: failOpen, metrics: m}
+}
+
+// countFailures returns the failures counted in KEYS[1] and the
+// milliseconds left of their window; with ARGV[2] = 1 it counts one more
+// first, starting a window of ARGV[1] milliseconds at the first failure (a
+// count left without an expiry gets one too).
+var countFailures = redis.NewScript(`
+if ARGV[2] ~= '1' then
+  return {tonumber(redis.call('GET', KEYS[1]) or '0'), redis.call('PTTL', KEYS[1])}
+end
+local n = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {n, ttl}
+`)
+
+// Check implements handler.AuthThrottle: a client is refused once it has
+// used up the limit of failures in its window (so at most limit token
+// guesses a window reach a check's answer).
+func (t *authThrottle) Check(ctx context.Context, key string, failed bool) (handler.Decision, error) {
+	inc := 0
+	if failed {
+		inc = 1
+	}
+	v, err := countFailures.Run(ctx, t.rdb, []string{t.prefix + key}, t.window.Milliseconds(), inc).Int64Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("a reply of %d values", len(v))
+	}
+	if err != nil {
+		d := handler.Decision{Allowed: t.failOpen}
+		if t.failOpen {
+			t.metrics.RateLimit("failed_open")
+		} else {
+			t.metrics.RateLimit("failed_closed")
+			d.RetryAfter = time.Second
+		}
+		return d, fmt.Errorf("auth throttle: %w", err)
+	}
+	n, ttl := v[0], time.Duration(max(v[1], 0))*time.Millisecond
+	// The limit-th failure is still answered (401); every request after it
+	// is refused.
+	d := handler.Decision{Allowed: n < t.limit, RetryAfter: ttl, Reset: ttl}
+	if failed {
+		d.Allowed = n <= t.limit
+	}
+	if !d.Allowed {
+		t.metrics.RateLimit("limited")
 	}
 	return d, nil
 }

@@ -19,13 +19,18 @@ const buyerKey = "stock.buyer"
 
 // authBuyer requires a buyer's bearer token (only a buyer's: the admin
 // reads and cancels orders under /v1/admin). A missing or bad token is 401
-// with WWW-Authenticate: Bearer error="invalid_token"; nothing runs after it.
+// with WWW-Authenticate: Bearer error="invalid_token"; a client past its
+// budget of failed token checks is 429 whatever it sent (see throttled);
+// nothing runs after either.
 func (h *Handler) authBuyer(c *gin.Context) {
-	tok, ok := bearer(c.GetHeader("Authorization"))
+	tok, sent := bearer(c.GetHeader("Authorization"))
 	var buyer string
 	err := errInvalidToken
-	if ok && h.tokens != nil {
+	if sent && h.tokens != nil {
 		buyer, err = h.tokens.Verify(tok)
+	}
+	if h.throttled(c, sent && err != nil) {
+		return
 	}
 	if err != nil {
 		if lok, n := h.budget.take(time.Now()); lok {

@@ -65,7 +65,7 @@ func sign(t testing.TB, method jwt.SigningMethod, key any, claims jwt.MapClaims)
 func TestBadTokensAre401(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
-	in := newInstance(t, d, instanceOpts{})
+	in := newInstance(t, d, instanceOpts{noAuthThrottle: true})
 	in.setStock(t, "TOK", 10)
 	now := time.Now()
 	ok := jwt.MapClaims{"sub": "b1", "exp": now.Add(time.Hour).Unix()}
@@ -327,7 +327,7 @@ func TestNoneExceedsTheLimit(t *testing.T) {
 func TestPaddedBuyerIDsAreRefused(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
-	in := newInstance(t, d, instanceOpts{})
+	in := newInstance(t, d, instanceOpts{noAuthThrottle: true})
 	in.setStock(t, "PAD", 10)
 	placed := in.orderAs(t, "alice", "k1", "PAD", 1)
 	if placed.status != http.StatusCreated {

@@ -178,11 +178,12 @@ type Decision struct {
 }
 
 // rateLimit applies the per client IP limit (the IP from RemoteAddr, or from
-// X-Forwarded-For through the trusted proxies only; see Config.TrustedProxies)
-// and answers 429 rate-limited with Retry-After and the IETF RateLimit and
-// RateLimit-Policy headers.
+// X-Forwarded-For through the trusted proxies only; see Config.TrustedProxies;
+// an IPv6 client is keyed by its /64, see clientKey) and answers 429
+// rate-limited with Retry-After and the IETF RateLimit and RateLimit-Policy
+// headers.
 func rateLimit(l RateLimiter) gin.HandlerFunc {
-	return limitBy(l, func(c *gin.Context) string { return "ip:" + c.ClientIP() })
+	return limitBy(l, clientKey)
 }
 
 // rateLimitBuyer applies the per buyer limit (after authBuyer).

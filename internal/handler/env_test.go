@@ -84,6 +84,9 @@ type instanceOpts struct {
 	cors       []string // STOCK_CORS_ORIGINS
 	// noPublicMetrics leaves STOCK_METRICS_PUBLIC unset.
 	noPublicMetrics bool
+	// noAuthThrottle sets STOCK_AUTH_FAILURES_PER_MINUTE=0, for the tests
+	// that send more wrong tokens from one IP than its default budget.
+	noAuthThrottle bool
 }
 
 // instance is one whole server (app.New, as cmd/stock builds it) over a
@@ -123,6 +126,9 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	cfg.PaymentToken = o.payment
 	cfg.CORSOrigins = o.cors
 	cfg.MetricsPublic = !o.noPublicMetrics
+	if o.noAuthThrottle {
+		cfg.AuthFailures = 0
+	}
 	if o.expiry != 0 {
 		cfg.ExpiryInterval = o.expiry
 	}

@@ -295,6 +295,11 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 		{"a problem whose status is not the answer's", "GET", "/v1/stock/S", "", nil, "", 404, pj, nil, problem("unknown-sku", 400, ""), true},
 		{"a problem as application/json", "GET", "/v1/stock/S", "", nil, "", 404, js, nil, problem("unknown-sku", 404, ""), true},
 		{"no X-Request-Id", "GET", "/v1/stock/S", "", nil, "", 200, js, []string{"X-Request-Id", ""}, stock, true},
+		{"no X-Content-Type-Options", "GET", "/v1/stock/S", "", nil, "", 200, js, []string{"X-Content-Type-Options", ""}, stock, true},
+		{"X-Content-Type-Options not nosniff", "GET", "/v1/stock/S", "", nil, "", 200, js, []string{"X-Content-Type-Options", "sniff"}, stock, true},
+		{"an order without Cache-Control", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 201, js, append([]string{"Cache-Control", ""}, placed...), order, true},
+		{"an order cacheable", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 201, js, append([]string{"Cache-Control", "max-age=60"}, placed...), order, true},
+		{"a buyer's 401 without Cache-Control", "POST", "/v1/orders", "", nil, "", 401, pj, []string{"WWW-Authenticate", `Bearer realm="stock", error="invalid_token"`, "Cache-Control", ""}, problem("invalid-token", 401, ""), true},
 		{"an undocumented route that answers", "GET", "/v1/coupons", "", nil, "", 200, js, nil, `{}`, true},
 		{"an undocumented route: not found", "GET", "/v1/coupons", "", nil, "", 404, pj, nil, problem("not-found", 404, ""), false},
 		{"an undocumented method that answers", "DELETE", "/v1/orders", buyer, nil, "", 204, "", nil, "", true},
@@ -317,6 +322,10 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 			fake := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.ReadAll(r.Body)
 				w.Header().Set("X-Request-Id", "r1")
+				w.Header().Set("X-Content-Type-Options", "nosniff")
+				if strings.HasPrefix(c.path, "/v1/orders") {
+					w.Header().Set("Cache-Control", "no-store")
+				}
 				if c.ctype != "" {
 					w.Header().Set("Content-Type", c.ctype)
 				}

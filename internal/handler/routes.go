@@ -59,12 +59,17 @@ type Config struct {
 	// MaxInflight caps the requests served at once (probes not counted);
 	// past it a request is answered 503 at once. 0: no cap.
 	MaxInflight int64
-	// Limiter, if set, limits requests per client IP on the /v1 routes
-	// (admin routes excepted).
+	// Limiter, if set, limits requests per client IP (an IPv6 client per
+	// /64) on the /v1 routes (admin routes excepted).
 	Limiter RateLimiter
 	// BuyerLimiter, if set, limits requests per buyer on the order routes,
 	// after authentication.
 	BuyerLimiter RateLimiter
+	// AuthThrottle, if set, counts the failed buyer, admin and payment token
+	// checks per client IP (keyed as Limiter's); past its budget every
+	// request of that client on a route that needs a token is 429
+	// rate-limited with Retry-After, a right token's too.
+	AuthThrottle AuthThrottle
 	// TrustedProxies are the proxies (IPs or CIDRs) whose X-Forwarded-For is
 	// believed when finding the client IP; none by default (RemoteAddr).
 	TrustedProxies []string
@@ -94,6 +99,7 @@ type Handler struct {
 	maxBody      int64
 	ready        *readiness
 	tokens       TokenVerifier
+	throttle     AuthThrottle
 	log          *slog.Logger
 	budget       *logBudget
 }
@@ -119,7 +125,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 		cfg.ReadyMaxAge = time.Second
 	}
 	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody,
-		ready: &readiness{checks: cfg.Checks, maxAge: cfg.ReadyMaxAge}, tokens: cfg.Tokens, log: log, budget: budget}
+		ready: &readiness{checks: cfg.Checks, maxAge: cfg.ReadyMaxAge}, tokens: cfg.Tokens, throttle: cfg.AuthThrottle, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	// Route on the escaped path and unescape the parameters, so an encoded
@@ -133,6 +139,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("handler: trusted proxies: %w", err)
 	}
+	r.Use(securityHeaders) // first: whatever answers, the headers are set
 	// observe is outermost (inside the request's span, with tracing on), so
 	// every answer is counted and logged, the 500 of a recovered panic
 	// included.
@@ -178,9 +185,8 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	}
 	buyers.POST("", h.placeOrder)
 	get(buyers, "", h.listOrders)
-	own := v1.Group("/orders", h.authBuyer)
-	get(own, "/:id", h.getOrder)
-	own.POST("/:id/cancel", h.cancelOrder)
+	get(buyers, "/:id", h.getOrder)
+	buyers.POST("/:id/cancel", h.cancelOrder)
 	get(v1, "/stock/:sku", h.getStock)
 	admin := r.Group("/v1/admin", h.admin)
 	admin.PUT("/stock/:sku", h.setStock)
@@ -188,7 +194,9 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	get(admin, "/orders/:id", h.getOrder)
 	admin.POST("/orders/:id/cancel", h.cancelOrder)
 	// Confirm is the payment service's (or the admin's): a back-office
-	// route, not limited per client IP, as one service sends every confirm.
+	// route, not limited per client IP, as one service sends every confirm
+	// (only its failed token checks are counted, as on every route that
+	// needs a token).
 	r.Group("/v1/admin/orders", h.payment).POST("/:id/confirm", h.confirmOrder)
 	get(r, "/healthz", h.healthz)
 	get(r, "/readyz", h.readyz)

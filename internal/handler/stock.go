@@ -69,7 +69,8 @@ func (h *Handler) audit(c *gin.Context) {
 
 // admin guards the admin routes: 403 when no token is configured, 401 unless
 // the bearer token matches (compared in constant time; the scheme name is
-// case-insensitive, RFC 9110). Each failed authentication is logged (within
+// case-insensitive, RFC 9110), 429 for a client past its budget of failed
+// token checks (see throttled). Each failed authentication is logged (within
 // the 4xx log budget).
 func (h *Handler) admin(c *gin.Context) {
 	if h.adminToken == "" {
@@ -77,7 +78,12 @@ func (h *Handler) admin(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	if got, ok := bearer(c.GetHeader("Authorization")); !ok || !tokenIs(got, h.adminToken) {
+	got, sent := bearer(c.GetHeader("Authorization"))
+	ok := sent && tokenIs(got, h.adminToken)
+	if h.throttled(c, sent && !ok) {
+		return
+	}
+	if !ok {
 		h.refuse(c, "admin", got, errUnauthorized)
 		return
 	}
@@ -86,14 +92,20 @@ func (h *Handler) admin(c *gin.Context) {
 
 // payment guards confirm: 403 when neither the payment nor the admin token
 // is configured, 401 unless the bearer token is one of them (each compared
-// in constant time). Buyer tokens are never accepted.
+// in constant time), 429 as the admin routes. Buyer tokens are never
+// accepted.
 func (h *Handler) payment(c *gin.Context) {
 	if h.paymentToken == "" && h.adminToken == "" {
 		_ = c.Error(errPaymentDisabled)
 		c.Abort()
 		return
 	}
-	if got, ok := bearer(c.GetHeader("Authorization")); !ok || !(tokenIs(got, h.paymentToken) || tokenIs(got, h.adminToken)) {
+	got, sent := bearer(c.GetHeader("Authorization"))
+	ok := sent && (tokenIs(got, h.paymentToken) || tokenIs(got, h.adminToken))
+	if h.throttled(c, sent && !ok) {
+		return
+	}
+	if !ok {
 		h.refuse(c, "payment", got, errPaymentUnauthorized)
 		return
 	}
