@@ -23,7 +23,7 @@ import (
 func TestTokenGuessingIsThrottled(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
-	const pay = "test-payment-token"
+	pay := apptest.Secret()
 	a, b := newInstance(t, d, instanceOpts{payment: pay}), newInstance(t, d, instanceOpts{payment: pay})
 	a.setStock(t, "G", 10)
 	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
@@ -122,7 +122,7 @@ func passWindow(t *testing.T, rdb *redis.Client, key string, in *instance) {
 func TestSecurityHeaders(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
-	const pay = "test-payment-token"
+	pay := apptest.Secret()
 	in := newInstance(t, d, instanceOpts{payment: pay})
 	in.setStock(t, "H", 5)
 	var placed struct{ ID int64 }

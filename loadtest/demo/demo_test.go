@@ -110,7 +110,7 @@ func TestCeiling(t *testing.T) {
 	}
 	o := options{bin: bin, instances: 2, mysqlBase: "root@tcp(127.0.0.1:3306)/", redis: testserver.SharedRedis,
 		out: t.TempDir(), logw: testWriter{t}, ceiling: &ceilingOpts{concurrency: 20, duration: 300 * time.Millisecond}}
-	rs, err := measureCeiling(ctx, o, driver.NewRunID(), "ceil-"+driver.NewRunID())
+	rs, err := measureCeiling(ctx, o, driver.NewRunID(), fleet.Secret())
 	if err != nil {
 		t.Fatal(err)
 	}
