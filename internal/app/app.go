@@ -287,7 +287,12 @@ func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerPr
 		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen()])
 	}
 	if cfg.AuthFailures > 0 {
-		hcfg.AuthThrottle = newAuthThrottle(rdb, cfg.RedisPrefix, cfg.AuthFailures, time.Minute, cfg.RateFailOpen(), m)
+		throttle := newAuthThrottle(rdb, cfg.RedisPrefix, cfg.AuthFailures, time.Minute, cfg.RateFailOpen(), m)
+		hcfg.AuthThrottle = throttle
+		lctx, stopListening := context.WithCancel(context.Background())
+		listened := make(chan struct{})
+		go func() { defer close(listened); throttle.Listen(lctx) }()
+		a.closers = append(a.closers, func() { stopListening(); <-listened })
 		log.Info("failed token checks counted per client IP", "per_minute", cfg.AuthFailures)
 	}
 	if cfg.RateBuyer > 0 {

@@ -1,0 +1,164 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Refused clients, told to every instance. The failed-token count lives in
+// Redis; a client is refused once its count reaches the limit. The failure
+// that reaches it adds the client to a set in Redis and publishes it, and
+// every instance keeps what it heard in authBlocks. While an instance's
+// subscription is up (and it has read the set since it last subscribed), a
+// right token of a client it has not heard of is answered without reading
+// the count; a client it has heard of is checked against the count itself,
+// so a window shortened or ended is seen at once. A block reaches the other
+// instances within the message's delivery; while the subscription is down,
+// every check reads the count.
+
+// authBlocks is what this instance knows of the refused clients: each
+// until the end of its window. Safe for concurrent use.
+type authBlocks struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+	live  atomic.Bool // subscribed, and the set read since: nothing missed
+}
+
+// add records key refused for ttl from now.
+func (b *authBlocks) add(key string, ttl time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.until[key] = time.Now().Add(ttl)
+}
+
+// drop forgets key.
+func (b *authBlocks) drop(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.until, key)
+}
+
+// clear reports whether key may be let through without reading its count:
+// the list is live and key is not on it (or its window has ended).
+func (b *authBlocks) clear(key string) bool {
+	if !b.live.Load() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	until, ok := b.until[key]
+	if ok && !time.Now().Before(until) {
+		delete(b.until, key)
+		ok = false
+	}
+	return !ok
+}
+
+// channel and setKey are where refusals are published and kept.
+func (t *authThrottle) channel() string { return t.prefix + "blocked" }
+func (t *authThrottle) setKey() string  { return t.prefix + "blocked:set" }
+
+// noteCount updates this instance's list from a count read or raised by a
+// check of key: at the limit the client is refused for ttl, and the failure
+// that reached it tells every instance; below it, the client is cleared.
+func (t *authThrottle) noteCount(ctx context.Context, key string, n int64, ttl time.Duration, failed bool) {
+	if n < t.limit {
+		t.blocks.drop(key)
+		return
+	}
+	t.blocks.add(key, ttl)
+	if failed && n == t.limit {
+		t.announce(context.WithoutCancel(ctx), key, ttl)
+	}
+}
+
+// announce adds key to the set of refused clients (kept a window) and
+// publishes it with the rest of its window. Best effort: an instance that
+// misses it reads the count only for failed tokens, which the count still
+// refuses.
+func (t *authThrottle) announce(ctx context.Context, key string, ttl time.Duration) {
+	_, _ = t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, t.setKey(), key)
+		p.PExpire(ctx, t.setKey(), t.window)
+		p.Publish(ctx, t.channel(), strconv.FormatInt(ttl.Milliseconds(), 10)+" "+key)
+		return nil
+	})
+}
+
+// load reads the set of refused clients and records those whose count is
+// still at the limit, for the rest of their window.
+func (t *authThrottle) load(ctx context.Context) error {
+	keys, err := t.rdb.SMembers(ctx, t.setKey()).Result()
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	counts := make([]*redis.StringCmd, len(keys))
+	ttls := make([]*redis.DurationCmd, len(keys))
+	if _, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			counts[i], ttls[i] = p.Get(ctx, t.prefix+k), p.PTTL(ctx, t.prefix+k)
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, k := range keys {
+		n, _ := counts[i].Int64()
+		if ttl := ttls[i].Val(); n >= t.limit && ttl > 0 {
+			t.blocks.add(k, ttl)
+		}
+	}
+	return nil
+}
+
+// Listen keeps this instance's list of refused clients from what the
+// others publish until ctx ends: on each (re)subscription it reads the set
+// again, and the list is live only once that read succeeded.
+func (t *authThrottle) Listen(ctx context.Context) {
+	ps := t.rdb.Subscribe(ctx, t.channel())
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
+	defer func() { _ = ps.Close() }()
+	defer t.blocks.live.Store(false)
+	subscribed := false
+	for ctx.Err() == nil {
+		if subscribed && !t.blocks.live.Load() && t.load(ctx) == nil {
+			t.blocks.live.Store(true)
+		}
+		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			_ = ps.Ping(ctx) // a failed ping reconnects and resubscribes
+		case err != nil:
+			t.blocks.live.Store(false)
+			subscribed = false
+			select { // Redis unreachable: the next Receive reconnects
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			t.blocks.live.Store(false) // messages may have been missed: read the set again
+			subscribed = m.Kind == "subscribe"
+		case *redis.Message:
+			ms, key, ok := strings.Cut(m.Payload, " ")
+			if n, err := strconv.ParseInt(ms, 10, 64); ok && err == nil {
+				t.blocks.add(key, time.Duration(n)*time.Millisecond)
+			}
+		}
+	}
+}
+
+// pingEvery is how long Listen waits for a message before it pings, so a
+// connection that died silently is noticed and replaced.
+const pingEvery = 5 * time.Second
