@@ -14,15 +14,15 @@ import (
 )
 
 // Refused clients, told to every instance. The failed-token count lives in
-// Redis; a client is refused once its count reaches the limit. The failure
-// that reaches it adds the client to a set in Redis and publishes it, and
-// every instance keeps what it heard in authBlocks. While an instance's
-// subscription is up (and it has read the set since it last subscribed), a
-// right token of a client it has not heard of is answered without reading
-// the count; a client it has heard of is checked against the count itself,
-// so a window shortened or ended is seen at once. A block reaches the other
-// instances within the message's delivery; while the subscription is down,
-// every check reads the count.
+// Redis; a client is refused once its count reaches the limit. Every
+// failure at or past the limit adds the client to a set in Redis and
+// publishes it, and every instance keeps what it heard in authBlocks. While
+// an instance's subscription is up (and it has read the set since it last
+// subscribed), a right token of a client it has not heard of is answered
+// without reading the count; a client it has heard of is checked against
+// the count itself, so a window shortened or ended is seen at once. A
+// refusal reaches the other instances within the message's delivery; while
+// the subscription is down, every check reads the count.
 
 // authBlocks is what this instance knows of the refused clients: each
 // until the end of its window. Safe for concurrent use.
@@ -62,31 +62,47 @@ func (b *authBlocks) clear(key string) bool {
 	return !ok
 }
 
-// channel and setKey are where refusals are published and kept.
+// prune forgets the clients whose window has ended.
+func (b *authBlocks) prune() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	for k, until := range b.until {
+		if !now.Before(until) {
+			delete(b.until, k)
+		}
+	}
+}
+
+// channel and setKey are where refusals are published and kept (a sorted
+// set of clients by the end of their window, in Unix milliseconds).
 func (t *authThrottle) channel() string { return t.prefix + "blocked" }
 func (t *authThrottle) setKey() string  { return t.prefix + "blocked:set" }
 
 // noteCount updates this instance's list from a count read or raised by a
-// check of key: at the limit the client is refused for ttl, and the failure
-// that reached it tells every instance; below it, the client is cleared.
+// check of key: at the limit the client is refused for ttl, and every
+// failure from then on tells every instance (again: one lost message is
+// made good by the next failure); below it, the client is cleared.
 func (t *authThrottle) noteCount(ctx context.Context, key string, n int64, ttl time.Duration, failed bool) {
 	if n < t.limit {
 		t.blocks.drop(key)
 		return
 	}
 	t.blocks.add(key, ttl)
-	if failed && n == t.limit {
+	if failed {
 		t.announce(context.WithoutCancel(ctx), key, ttl)
 	}
 }
 
-// announce adds key to the set of refused clients (kept a window) and
-// publishes it with the rest of its window. Best effort: an instance that
-// misses it reads the count only for failed tokens, which the count still
-// refuses.
+// announce adds key to the set of refused clients (the set kept a window,
+// its ended entries trimmed) and publishes it with the rest of its window.
+// Best effort: an instance that misses it reads the count only for failed
+// tokens, which the count still refuses, until the client's next failure.
 func (t *authThrottle) announce(ctx context.Context, key string, ttl time.Duration) {
+	now := time.Now()
 	_, _ = t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.SAdd(ctx, t.setKey(), key)
+		p.ZRemRangeByScore(ctx, t.setKey(), "-inf", strconv.FormatInt(now.UnixMilli(), 10))
+		p.ZAdd(ctx, t.setKey(), redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: key})
 		p.PExpire(ctx, t.setKey(), t.window)
 		p.Publish(ctx, t.channel(), strconv.FormatInt(ttl.Milliseconds(), 10)+" "+key)
 		return nil
@@ -96,7 +112,8 @@ func (t *authThrottle) announce(ctx context.Context, key string, ttl time.Durati
 // load reads the set of refused clients and records those whose count is
 // still at the limit, for the rest of their window.
 func (t *authThrottle) load(ctx context.Context) error {
-	keys, err := t.rdb.SMembers(ctx, t.setKey()).Result()
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	keys, err := t.rdb.ZRangeByScore(ctx, t.setKey(), &redis.ZRangeBy{Min: "(" + now, Max: "+inf"}).Result()
 	if err != nil || len(keys) == 0 {
 		return err
 	}
@@ -120,15 +137,24 @@ func (t *authThrottle) load(ctx context.Context) error {
 }
 
 // Listen keeps this instance's list of refused clients from what the
-// others publish until ctx ends: on each (re)subscription it reads the set
-// again, and the list is live only once that read succeeded.
+// others publish until ctx ends. The list is live only while a
+// subscription is up and the set has been read since it was made; a
+// subscription that leaves a ping unanswered for a ping period is replaced.
 func (t *authThrottle) Listen(ctx context.Context) {
+	defer t.blocks.live.Store(false)
+	for ctx.Err() == nil {
+		t.follow(ctx)
+	}
+}
+
+// follow follows one subscription until ctx ends or it goes silent.
+func (t *authThrottle) follow(ctx context.Context) {
 	ps := t.rdb.Subscribe(ctx, t.channel())
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
 	defer stop()
 	defer func() { _ = ps.Close() }()
-	defer t.blocks.live.Store(false)
-	subscribed := false
+	t.blocks.live.Store(false)
+	subscribed, pinged := false, false
 	for ctx.Err() == nil {
 		if subscribed && !t.blocks.live.Load() && t.load(ctx) == nil {
 			t.blocks.live.Store(true)
@@ -136,15 +162,25 @@ func (t *authThrottle) Listen(ctx context.Context) {
 		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
 		var ne net.Error
 		switch {
+		case err == nil:
+			pinged = false
 		case errors.As(err, &ne) && ne.Timeout():
-			_ = ps.Ping(ctx) // a failed ping reconnects and resubscribes
-		case err != nil:
+			t.blocks.prune()
+			if pinged { // no answer for a whole period: a dead connection
+				t.blocks.live.Store(false)
+				return
+			}
+			_ = ps.Ping(ctx)
+			pinged = true
+			continue
+		default: // Redis unreachable: the next Receive reconnects and resubscribes
 			t.blocks.live.Store(false)
 			subscribed = false
-			select { // Redis unreachable: the next Receive reconnects
+			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):
 			}
+			continue
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:

@@ -45,8 +45,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // Instances share the refusals without a read per right token: a right
 // token of a client nobody refused costs no command; a client refused at
 // one instance is refused at another (which heard it, or read the set when
-// it subscribed), right token or not, until its count's window ends; a
-// stopped listener's list is not live, so its checks read the count again.
+// it subscribed), right token or not, until its count's window ends.
 func TestAuthBlocksShared(t *testing.T) {
 	a := newTestThrottle(t, testserver.SharedRedis, 3, time.Minute, true)
 	counter := &commandCounter{}

@@ -72,7 +72,8 @@ func uncheckedKeys(items []service.BatchItem) []service.BuyerKey {
 // transaction, unless stock is the row read already: the versioned UPDATE
 // checks it), the unchecked keys if readKeys or the SKU has a per-buyer
 // limit, the plan (an allowance upsert per order under a limit), then one
-// INSERT of the orders, one of the ledger and the versioned UPDATE.
+// INSERT of the orders, one of the ledger and the versioned UPDATE, and a
+// rewrite of the deadlines if a lock wait left them behind (settleRows).
 func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, stock *stockModel) ([]service.Order, []error, error) {
 	var orders []service.Order
 	var errs []error
@@ -172,14 +173,15 @@ func saleLedger(sku string, rows []orderModel, now time.Time) []ledgerModel {
 }
 
 // finishBatch writes the batch's ledger rows and ends with the versioned
-// UPDATE by total (from cur, as read). It returns service.ErrConflict when
-// the version moved.
+// UPDATE by total (from cur, as read; under a per-buyer limit, also on the
+// restock sequence read: see versionedGuard). It returns
+// service.ErrConflict when the row moved.
 func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, cur stockModel, total int64, now time.Time, ledger []ledgerModel) error {
 	ctx := tx.Statement.Context
 	if err := insertLedger(tx, ledger); err != nil {
 		return translate(ctx, "insert ledger", err)
 	}
-	upd := tx.Model(&stockModel{}).Where("sku = ? AND version = ? AND available >= ?", b.SKU, cur.Version, total).
+	upd := versionedGuard(tx.Model(&stockModel{}).Where("sku = ?", b.SKU), cur, total).
 		Updates(sale(total, cur.PaymentWindowSeconds > 0, now))
 	if upd.Error != nil {
 		return translate(ctx, "update stock", upd.Error)
@@ -351,4 +353,18 @@ func multiInsert(head string, n, width int, row func(i int, args []any) []any) (
 		args = row(i, args)
 	}
 	return q.String(), args
+}
+
+// versionedGuard is the WHERE of a versioned UPDATE of q units on the row
+// cur was read from: the version read and the units. Under a per-buyer
+// limit it also needs the restock sequence read: a return, which leaves the
+// version alone, may have given an allowance back between the read and the
+// purchase rows' read, and the write is then refused (ErrConflict, retried
+// from a new read that refuses the orders admitted before the return).
+func versionedGuard(q *gorm.DB, cur stockModel, units int64) *gorm.DB {
+	q = q.Where("version = ? AND available >= ?", cur.Version, units)
+	if cur.PerBuyerLimit > 0 {
+		q = q.Where("restock_seq = ?", cur.RestockSeq)
+	}
+	return q
 }

@@ -371,3 +371,42 @@ func TestMultiBatchConflictRollsBack(t *testing.T) {
 		t.Fatalf("after the next batch: %d orders, %d sale ledger rows; want 3 each", orders, sales)
 	}
 }
+
+// A return between a limited batch's stock read and its purchase rows' read
+// gives a refused buyer's allowance back behind the read: the batch's
+// versioned UPDATE also needs the restock sequence it read, so it misses
+// (ErrConflict) and the retry refuses the order admitted before the return
+// instead of placing it.
+func TestLimitedBatchMissesAReturnBehindItsRead(t *testing.T) {
+	s := openStoreConns(t, 4)
+	ctx := context.Background()
+	if _, err := s.SetStock(ctx, "LR", service.StockSetting{Available: 100, PerBuyerLimit: 1, PaymentWindowSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	k1, err := s.Deduct(ctx, service.Deduction{Buyer: "b", Key: "k1", RequestHash: "h1", SKU: "LR", Quantity: 1, Write: service.WriteVersioned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stock(ctx, "LR")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := st.RestockSeq
+	s.afterStockRead = func() {
+		s.afterStockRead = nil
+		if _, err := s.Transition(ctx, service.Transition{ID: k1.ID, Op: service.OpCancel}); err != nil {
+			t.Error(err)
+		}
+	}
+	batch := service.Batch{SKU: "LR", Fence: 1, Items: []service.BatchItem{{Buyer: "b", Key: "k2", RequestHash: "h2", Quantity: 1, Admitted: &admitted}}}
+	if orders, errs, err := s.write(ctx, batch, false); !errors.Is(err, service.ErrConflict) {
+		t.Fatalf("the batch read before the cancel = %+v, %v, %v; want ErrConflict", orders, errs, err)
+	}
+	var re *service.RestockedError
+	if orders, errs, err := s.DeductBatch(ctx, batch); err != nil || len(errs) != 1 || !errors.As(errs[0], &re) {
+		t.Fatalf("its retry = %+v, %v, %v; want the order refused with a *RestockedError", orders, errs, err)
+	}
+	if _, err := s.OrderByKey(ctx, "b", "k2"); !errors.Is(err, service.ErrOrderNotFound) {
+		t.Fatalf("k2's order = %v; want none", err)
+	}
+}

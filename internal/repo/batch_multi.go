@@ -18,7 +18,8 @@ import (
 // writeMulti is the multi-statement writer: the stock read (and the
 // unchecked keys if readKeys), then START TRANSACTION, both INSERTs and the
 // versioned UPDATE as one multi-statement (ledger rows naming their orders
-// as LAST_INSERT_ID() + i), then COMMIT: three round trips under the lock.
+// as LAST_INSERT_ID() + i), then COMMIT: three round trips under the lock
+// (a fourth only to rewrite deadlines a lock wait left behind).
 // It runs on s.multi, whose queries are all built here from constant SQL
 // and driver-escaped arguments. A SKU with a per-buyer limit goes to the
 // transaction writer with the row read here. Why: docs/decisions/0004.
@@ -32,12 +33,12 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 	if err != nil {
 		return nil, nil, err
 	}
+	if s.afterStockRead != nil {
+		s.afterStockRead()
+	}
 	if cur.PerBuyerLimit > 0 {
 		_ = conn.Close() // not held beside the transaction's connection
 		return s.writeTx(ctx, b, readKeys, &cur)
-	}
-	if s.afterStockRead != nil {
-		s.afterStockRead()
 	}
 	var ids map[service.BuyerKey]int64
 	if readKeys {

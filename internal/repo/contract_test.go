@@ -50,7 +50,7 @@ func TestStoreContract(t *testing.T) {
 
 // holdRow locks sku's stock row in a transaction of its own, as a writer
 // does, until the returned release rolls it back.
-func holdRow(t *testing.T, db *sql.DB, sku string) func() {
+func holdRow(t testing.TB, db *sql.DB, sku string) func() {
 	t.Helper()
 	tx, err := db.BeginTx(context.Background(), nil)
 	if err != nil {
@@ -61,5 +61,6 @@ func holdRow(t *testing.T, db *sql.DB, sku string) func() {
 		_ = tx.Rollback()
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = tx.Rollback() }) // a second rollback is a no-op
 	return func() { _ = tx.Rollback() }
 }

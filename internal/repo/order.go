@@ -69,8 +69,9 @@ func (s *Store) findOrder(q *gorm.DB) (service.Order, error) {
 }
 
 // Deduct places an order in one transaction, guarded as d.Write says. The
-// guarding UPDATE is the last statement before COMMIT, so a miss rolls back
-// the order and ledger rows with it. An order admitted before the SKU's
+// guarding UPDATE comes after the order and ledger rows (only a deadline a
+// lock wait left behind is rewritten after it: settleDeadline), so a miss
+// rolls them back with it. An order admitted before the SKU's
 // latest restock (d.Admitted below its RestockSeq) is refused with a
 // *service.RestockedError. It returns service.ErrSoldOut,
 // service.ErrUnknownSKU, service.ErrConflict (the versioned UPDATE matched
@@ -287,7 +288,7 @@ func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.
 		}
 		upd = upd.Updates(set)
 	case service.WriteVersioned:
-		upd = upd.Where("version = ? AND available >= ?", cur.Version, q).Updates(sale(q, reserve, now))
+		upd = versionedGuard(upd, cur, q).Updates(sale(q, reserve, now))
 	case service.WriteConditional:
 		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND payment_window_seconds = ? AND restock_seq = ?",
 			q, cur.PerBuyerLimit, cur.PaymentWindowSeconds, cur.RestockSeq).Updates(sale(q, reserve, now))

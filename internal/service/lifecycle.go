@@ -102,7 +102,7 @@ func Decide(op Op, o Order, now time.Time) (to Status, err error) {
 // confirmed (at once, or by an earlier confirm), or ErrOrderNotFound,
 // ErrOrderExpired (the deadline passed: the order is expired, its units
 // returned, and the payment must be refunded), ErrOrderCancelled,
-// ErrInvalid or ErrUnavailable.
+// ErrInvalid, ErrBusy (deadlocks each time it was tried) or ErrUnavailable.
 func (s *Service) Confirm(ctx context.Context, id int64, paymentRef string) (Order, error) {
 	if paymentRef != "" && !ValidKey(paymentRef) {
 		return Order{}, fmt.Errorf("%w: payment_ref must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
@@ -121,7 +121,7 @@ func (s *Service) Confirm(ctx context.Context, id int64, paymentRef string) (Ord
 // Cancel gives up a reserved order of buyer ("": the admin, any buyer's)
 // and returns its units. It returns the order cancelled (now or before), or
 // ErrOrderNotFound (also for another buyer's order), ErrOrderConfirmed,
-// ErrOrderExpired or ErrUnavailable.
+// ErrOrderExpired, ErrBusy or ErrUnavailable.
 func (s *Service) Cancel(ctx context.Context, buyer string, id int64) (Order, error) {
 	return s.transition(ctx, Transition{ID: id, Op: OpCancel, Buyer: buyer})
 }

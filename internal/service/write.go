@@ -92,16 +92,18 @@ type retryPolicy struct {
 	pause     func(n int) time.Duration // the pause after failed attempt n; nil: none
 	counted   func()                    // called on each retried error, if set
 	exhausted func(tries int) error     // the answer after the last try; nil: its error
+	cancelled func(last error) error    // the answer when ctx ends in a pause; nil: ErrUnavailable
 }
 
 // busyRetries retries a store that answered ErrBusy (a deadlock rolled
 // back) a few times, a few ms apart.
-var busyRetries = retryPolicy{on: ErrBusy, tries: 5, pause: func(n int) time.Duration { return time.Duration(n+1) * 5 * time.Millisecond }}
+var busyRetries = retryPolicy{on: ErrBusy, tries: 5, pause: func(n int) time.Duration { return time.Duration(n+1) * 5 * time.Millisecond },
+	cancelled: func(last error) error { return last }}
 
 // retry runs attempt (given its number, from 0) until it returns anything
 // but p.on, at most p.tries times, pausing as p says. It returns the last
-// attempt's answer (p.exhausted's after the last try), or ErrUnavailable
-// when ctx ends during a pause.
+// attempt's answer (p.exhausted's after the last try), or p.cancelled's
+// (default ErrUnavailable) when ctx ends during a pause.
 func retry(ctx context.Context, p retryPolicy, attempt func(n int) error) error {
 	for n := 0; ; n++ {
 		err := attempt(n)
@@ -124,6 +126,9 @@ func retry(ctx context.Context, p retryPolicy, attempt func(n int) error) error 
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if p.cancelled != nil {
+				return p.cancelled(err)
+			}
 			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		case <-t.C:
 		}

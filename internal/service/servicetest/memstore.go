@@ -725,7 +725,8 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 		m.mu.Unlock()
 		return orders, plan.Errs, nil
 	}
-	if cur := m.stock[b.SKU]; cur.Version != snap.Version || cur.Available < plan.Total {
+	if cur := m.stock[b.SKU]; cur.Version != snap.Version || cur.Available < plan.Total ||
+		snap.PerBuyerLimit > 0 && cur.RestockSeq != snap.RestockSeq { // as the MySQL store's versioned guard
 		m.mu.Unlock()
 		return nil, nil, service.ErrConflict
 	}
