@@ -287,84 +287,29 @@ func writeReports(ctx context.Context, o options, rep driver.Report, stdout io.W
 func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, error) {
 	runID := driver.NewRunID()
 	token := fleet.Secret()
+	ceiling, err := demoCeiling(ctx, o, runID, token, stdout)
+	if err != nil {
+		return driver.Report{}, err
+	}
 	var sections []driver.Section
-	var ceiling []driver.RateResult
-	if o.ceiling != nil {
-		var err error
-		if ceiling, err = measureCeiling(ctx, o, runID, token); err != nil {
-			return driver.Report{}, fmt.Errorf("ceiling: %w", err)
-		}
-		_, _ = fmt.Fprintf(stdout, "\nCeiling: the same %d instances (lock+version), %d connections, %v each\n", o.instances, o.ceiling.concurrency, o.ceiling.duration)
-		for _, r := range ceiling {
-			_, _ = fmt.Fprintln(stdout, "  "+r.String())
-		}
-		for _, line := range ceilingGoals(ceiling) {
-			_, _ = fmt.Fprintln(stdout, "  "+line)
-		}
-	}
 	for _, p := range o.phases {
-		var runs []*driver.Result
-		for _, s := range o.strategies {
-			var prof *profiler
-			if o.profile != "" && p.name == "throughput" && s == "lock+version" {
-				var err error
-				if prof, err = newProfiler(ctx); err != nil {
-					return driver.Report{}, err
-				}
-			}
-			res, err := runStrategy(ctx, o, p, s, runID, token, prof)
-			if err != nil {
-				return driver.Report{}, fmt.Errorf("%s, %s: %w", p.name, s, err)
-			}
-			if prof != nil {
-				b, err := prof.wait()
-				if err == nil {
-					err = writeProfileDoc(ctx, o, prof, b, res, ceiling)
-				}
-				if err != nil {
-					return driver.Report{}, fmt.Errorf("profile: %w", err)
-				}
-				_, _ = fmt.Fprintf(stdout, "profile: %s\n", o.profile)
-			}
-			runs = append(runs, res)
-			if !res.Passed {
-				_, _ = fmt.Fprintf(o.logw, "demo: %s/%s: %s\n", p.name, s, res.Verdict())
-				driver.WriteSummary(o.logw, res)
-			}
-		}
-		g := goals(runs, p, ceiling)
-		_, _ = fmt.Fprintf(stdout, "\n%s\n", p.title)
-		if err := driver.WriteTable(stdout, runs); err != nil {
+		sec, err := demoPhase(ctx, o, p, runID, token, ceiling, stdout)
+		if err != nil {
 			return driver.Report{}, err
 		}
-		for _, line := range g {
-			_, _ = fmt.Fprintln(stdout, "  "+line)
-		}
-		sections = append(sections, driver.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs, SafetyOnly: p.safetyOnly})
+		sections = append(sections, sec)
 	}
-	var gs []gateResult
-	if o.gates != nil && len(o.gates.backends) > 0 {
-		var err error
-		if gs, err = runGates(ctx, o, runID, token); err != nil {
-			return driver.Report{}, err
-		}
+	gs, err := demoGates(ctx, o, runID, token, stdout)
+	if err != nil {
+		return driver.Report{}, err
+	}
+	if gs != nil {
 		exact, _ := gatesSections(gs, o.gates)
-		_, _ = fmt.Fprintf(stdout, "\nGates: each STOCK_LOCK_BACKEND under lock+version (backstop on), then under lock (backstop off) with its holder paused past the lease\n")
-		if err := writeGatesTable(stdout, gs); err != nil {
-			return driver.Report{}, err
-		}
 		sections = append(sections, exact)
-		if o.gates.doc != "" {
-			if err := writeGatesDoc(ctx, o.gates.doc, o, gs); err != nil {
-				return driver.Report{}, err
-			}
-			_, _ = fmt.Fprintf(stdout, "gates: %s\n", o.gates.doc)
-		}
 	}
 	var life []*driver.LifecycleResult
 	var lifeNote string
 	if o.lifecycle != nil {
-		var err error
 		if life, lifeNote, err = runLifecycle(ctx, o, runID, token, stdout); err != nil {
 			return driver.Report{}, err
 		}
@@ -374,8 +319,7 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 			return driver.Report{}, fmt.Errorf("wrk: %w", err)
 		}
 	}
-	title := fmt.Sprintf("seckill demo: %d instances per strategy", o.instances)
-	rep := driver.NewReport(title, sections...)
+	rep := driver.NewReport(fmt.Sprintf("seckill demo: %d instances per strategy", o.instances), sections...)
 	if gs != nil {
 		// Reported, not required: the oversell of a gate without its
 		// backstop is the finding.
@@ -387,6 +331,102 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 		rep.AddLifecycle(lifeNote, life)
 	}
 	return rep, nil
+}
+
+// demoCeiling measures and prints the ceiling, if o asks for it (nil if not).
+func demoCeiling(ctx context.Context, o options, runID, token string, stdout io.Writer) ([]driver.RateResult, error) {
+	if o.ceiling == nil {
+		return nil, nil
+	}
+	ceiling, err := measureCeiling(ctx, o, runID, token)
+	if err != nil {
+		return nil, fmt.Errorf("ceiling: %w", err)
+	}
+	_, _ = fmt.Fprintf(stdout, "\nCeiling: the same %d instances (lock+version), %d connections, %v each\n", o.instances, o.ceiling.concurrency, o.ceiling.duration)
+	for _, r := range ceiling {
+		_, _ = fmt.Fprintln(stdout, "  "+r.String())
+	}
+	for _, line := range ceilingGoals(ceiling) {
+		_, _ = fmt.Fprintln(stdout, "  "+line)
+	}
+	return ceiling, nil
+}
+
+// demoPhase runs phase p for every strategy, prints its table and goals,
+// and returns its report section.
+func demoPhase(ctx context.Context, o options, p phase, runID, token string, ceiling []driver.RateResult, stdout io.Writer) (driver.Section, error) {
+	var runs []*driver.Result
+	for _, s := range o.strategies {
+		res, err := demoRun(ctx, o, p, s, runID, token, ceiling, stdout)
+		if err != nil {
+			return driver.Section{}, err
+		}
+		runs = append(runs, res)
+		if !res.Passed {
+			_, _ = fmt.Fprintf(o.logw, "demo: %s/%s: %s\n", p.name, s, res.Verdict())
+			driver.WriteSummary(o.logw, res)
+		}
+	}
+	g := goals(runs, p, ceiling)
+	_, _ = fmt.Fprintf(stdout, "\n%s\n", p.title)
+	if err := driver.WriteTable(stdout, runs); err != nil {
+		return driver.Section{}, err
+	}
+	for _, line := range g {
+		_, _ = fmt.Fprintln(stdout, "  "+line)
+	}
+	return driver.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs, SafetyOnly: p.safetyOnly}, nil
+}
+
+// demoRun runs strategy s in phase p, with a CPU profile of one instance
+// when o asks for one of this run.
+func demoRun(ctx context.Context, o options, p phase, s, runID, token string, ceiling []driver.RateResult, stdout io.Writer) (*driver.Result, error) {
+	var prof *profiler
+	if o.profile != "" && p.name == "throughput" && s == "lock+version" {
+		var err error
+		if prof, err = newProfiler(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res, err := runStrategy(ctx, o, p, s, runID, token, prof)
+	if err != nil {
+		return nil, fmt.Errorf("%s, %s: %w", p.name, s, err)
+	}
+	if prof == nil {
+		return res, nil
+	}
+	b, err := prof.wait()
+	if err == nil {
+		err = writeProfileDoc(ctx, o, prof, b, res, ceiling)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("profile: %w", err)
+	}
+	_, _ = fmt.Fprintf(stdout, "profile: %s\n", o.profile)
+	return res, nil
+}
+
+// demoGates runs and prints the gates phase, if o asks for it (nil if not),
+// and writes its document.
+func demoGates(ctx context.Context, o options, runID, token string, stdout io.Writer) ([]gateResult, error) {
+	if o.gates == nil || len(o.gates.backends) == 0 {
+		return nil, nil
+	}
+	gs, err := runGates(ctx, o, runID, token)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = fmt.Fprintf(stdout, "\nGates: each STOCK_LOCK_BACKEND under lock+version (backstop on), then under lock (backstop off) with its holder paused past the lease\n")
+	if err := writeGatesTable(stdout, gs); err != nil {
+		return nil, err
+	}
+	if o.gates.doc != "" {
+		if err := writeGatesDoc(ctx, o.gates.doc, o, gs); err != nil {
+			return nil, err
+		}
+		_, _ = fmt.Fprintf(stdout, "gates: %s\n", o.gates.doc)
+	}
+	return gs, nil
 }
 
 // freshDB creates the migrated database name on o's MySQL; drop drops it

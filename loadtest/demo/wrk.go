@@ -132,8 +132,7 @@ end
 // the ceiling's), then runs wrk against /healthz and against POST
 // /v1/orders of one hot SKU, and checks the sale in MySQL and by the audit.
 func measureWrk(ctx context.Context, o options, runID, token string) (wrkResult, error) {
-	w := o.wrk
-	res := wrkResult{instances: o.instances, conns: w.connections, duration: w.duration}
+	res := wrkResult{instances: o.instances, conns: o.wrk.connections, duration: o.wrk.duration}
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return res, errors.New("wrk is not installed (Debian: apt-get install -y wrk)")
 	}
@@ -160,76 +159,103 @@ func measureWrk(ctx context.Context, o options, runID, token string) (wrkResult,
 		return res, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	script, tokens, hscript := filepath.Join(dir, "orders.lua"), filepath.Join(dir, "tokens"), filepath.Join(dir, "healthz.lua")
-	var tb strings.Builder
-	for i := range ceilingBuyers {
-		t, err := auth.Mint([]byte(fleet.JWTSecret), fmt.Sprintf("wrk-%s-%d", runID, i), time.Hour, "", "")
-		if err != nil {
-			return res, err
-		}
-		tb.WriteString(t + "\n")
-	}
-	if err := os.WriteFile(script, []byte(wrkScript), 0o600); err != nil {
-		return res, err
-	}
-	if err := os.WriteFile(hscript, []byte(healthzScript), 0o600); err != nil {
-		return res, err
-	}
-	if err := os.WriteFile(tokens, []byte(tb.String()), 0o600); err != nil {
-		return res, err
-	}
-	per := max(1, w.connections/len(urls))
-	res.conns = per * len(urls)
-	env := func(prefix string) func(i int) []string {
-		return func(i int) []string {
-			return []string{"WRK_TOKENS=" + tokens, "WRK_SKU=" + sku, "WRK_PREFIX=" + prefix + runID + "-" + strconv.Itoa(i)}
-		}
-	}
-	// 2s of orders first, not counted: the instances' pools and MySQL's
-	// pages warm up (their orders are in the database count all the same).
-	warm, err := runWrk(ctx, "warm-up", urls, "/", per, 2*time.Second, env("w"), []string{"-s", script})
+	files, err := writeWrkFiles(dir, runID)
 	if err != nil {
 		return res, err
 	}
-	res.warmOrders = warm.statuses[http.StatusCreated]
-	// The kinds take turns, round by round, so a drift in the machine's
-	// load (other tenants of the host) falls on both sides of the ratio.
-	rounds := max(1, w.rounds)
-	d := max(time.Second, (w.duration / time.Duration(rounds)).Truncate(time.Second))
-	res.duration = d * time.Duration(rounds)
-	for i := range rounds {
-		_, _ = fmt.Fprintf(o.logw, "demo: wrk: round %d of %d: GET /healthz, then POST /v1/orders\n", i+1, rounds)
-		h, err := runWrk(ctx, "GET /healthz", urls, "/healthz", per, d, nil, []string{"-s", hscript})
-		if err != nil {
-			return res, err
-		}
-		m, err := runWrk(ctx, "POST /v1/orders (lock+version, one hot SKU)", urls, "/", per, d,
-			env(fmt.Sprintf("m%d", i)), []string{"-s", script})
-		if err != nil {
-			return res, err
-		}
-		res.hRounds, res.oRounds = append(res.hRounds, h), append(res.oRounds, m)
+	if err := runWrkRounds(ctx, o, &res, urls, files, sku, runID); err != nil {
+		return res, err
 	}
-	res.healthz, res.orders = mergeRuns(res.hRounds), mergeRuns(res.oRounds)
 	res.machine = driver.DetectMachine(ctx, dsn, o.redis)
 	for _, in := range f.Instances {
 		res.peakRSS = append(res.peakRSS, in.PeakRSS())
 	}
-	// Orders wrk stopped waiting for are still being placed: count once
-	// the count has stopped moving, then audit.
-	for deadline, last := time.Now().Add(10*time.Second), int64(-1); ; last = res.dbOrders {
-		if res.dbOrders, err = countOrders(ctx, dsn, sku); err != nil {
-			return res, err
-		}
-		if res.dbOrders == last || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
+	if res.dbOrders, err = settledOrders(ctx, dsn, sku); err != nil {
+		return res, err
 	}
 	if res.audit, err = getAudit(ctx, urls[0], token, sku); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// wrkFiles are the files the wrk runs read: the two scripts and the
+// buyers' tokens, one a line.
+type wrkFiles struct{ orders, healthz, tokens string }
+
+// writeWrkFiles writes the scripts and ceilingBuyers buyers' tokens in dir.
+func writeWrkFiles(dir, runID string) (wrkFiles, error) {
+	files := wrkFiles{orders: filepath.Join(dir, "orders.lua"), healthz: filepath.Join(dir, "healthz.lua"), tokens: filepath.Join(dir, "tokens")}
+	var tb strings.Builder
+	for i := range ceilingBuyers {
+		t, err := auth.Mint([]byte(fleet.JWTSecret), fmt.Sprintf("wrk-%s-%d", runID, i), time.Hour, "", "")
+		if err != nil {
+			return files, err
+		}
+		tb.WriteString(t + "\n")
+	}
+	for path, text := range map[string]string{files.orders: wrkScript, files.healthz: healthzScript, files.tokens: tb.String()} {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+// runWrkRounds runs 2s of uncounted orders, then o.wrk.rounds rounds of
+// /healthz and orders taking turns, into res.
+func runWrkRounds(ctx context.Context, o options, res *wrkResult, urls []string, files wrkFiles, sku, runID string) error {
+	per := max(1, o.wrk.connections/len(urls))
+	res.conns = per * len(urls)
+	env := func(prefix string) func(i int) []string {
+		return func(i int) []string {
+			return []string{"WRK_TOKENS=" + files.tokens, "WRK_SKU=" + sku, "WRK_PREFIX=" + prefix + runID + "-" + strconv.Itoa(i)}
+		}
+	}
+	// 2s of orders first, not counted: the instances' pools and MySQL's
+	// pages warm up (their orders are in the database count all the same).
+	warm, err := runWrk(ctx, "warm-up", urls, "/", per, 2*time.Second, env("w"), []string{"-s", files.orders})
+	if err != nil {
+		return err
+	}
+	res.warmOrders = warm.statuses[http.StatusCreated]
+	// The kinds take turns, round by round, so a drift in the machine's
+	// load (other tenants of the host) falls on both sides of the ratio.
+	rounds := max(1, o.wrk.rounds)
+	d := max(time.Second, (o.wrk.duration / time.Duration(rounds)).Truncate(time.Second))
+	res.duration = d * time.Duration(rounds)
+	for i := range rounds {
+		_, _ = fmt.Fprintf(o.logw, "demo: wrk: round %d of %d: GET /healthz, then POST /v1/orders\n", i+1, rounds)
+		h, err := runWrk(ctx, "GET /healthz", urls, "/healthz", per, d, nil, []string{"-s", files.healthz})
+		if err != nil {
+			return err
+		}
+		m, err := runWrk(ctx, "POST /v1/orders (lock+version, one hot SKU)", urls, "/", per, d,
+			env(fmt.Sprintf("m%d", i)), []string{"-s", files.orders})
+		if err != nil {
+			return err
+		}
+		res.hRounds, res.oRounds = append(res.hRounds, h), append(res.oRounds, m)
+	}
+	res.healthz, res.orders = mergeRuns(res.hRounds), mergeRuns(res.oRounds)
+	return nil
+}
+
+// settledOrders is the SKU's order count in MySQL once it has stopped
+// moving (orders wrk stopped waiting for are still being placed), or after
+// 10 s.
+func settledOrders(ctx context.Context, dsn, sku string) (int64, error) {
+	n := int64(-1)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		last := n
+		var err error
+		if n, err = countOrders(ctx, dsn, sku); err != nil {
+			return 0, err
+		}
+		if n == last || time.Now().After(deadline) {
+			return n, nil
+		}
+	}
 }
 
 // runWrk runs one wrk per URL at once, per connections each, and adds up

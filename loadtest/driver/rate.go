@@ -59,6 +59,47 @@ func MeasureRate(ctx context.Context, cfg RateConfig) (RateResult, error) {
 	if len(cfg.URLs) == 0 || cfg.Path == "" {
 		return RateResult{}, errors.New("driver: rate: URLs and Path are required")
 	}
+	cfg = cfg.withDefaults()
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        2 * cfg.Concurrency,
+		MaxIdleConnsPerHost: cfg.Concurrency,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true,
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: cfg.Timeout}
+	var db *sql.DB
+	if cfg.MySQLDSN != "" {
+		var err error
+		if db, err = sql.Open("mysql", cfg.MySQLDSN); err != nil {
+			return RateResult{}, err
+		}
+		defer func() { _ = db.Close() }()
+		db.SetMaxOpenConns(1)
+	}
+
+	t := &rateTally{statuses: map[string]int64{}}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range cfg.Concurrency {
+		wg.Go(func() { t.work(wctx, client, cfg, w) })
+	}
+	res := RateResult{Name: cfg.Name, Method: cfg.Method, Path: cfg.Path, Concurrency: cfg.Concurrency, MySQLPerRequest: -1}
+	elapsed, q, err := t.window(ctx, db, cfg)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return res, err
+	}
+	t.summarize(&res, elapsed, q, cfg.Want)
+	return res, nil
+}
+
+// withDefaults is cfg with every unset field at its default.
+func (cfg RateConfig) withDefaults() RateConfig {
 	if cfg.Method == "" {
 		cfg.Method = http.MethodGet
 	}
@@ -79,88 +120,76 @@ func MeasureRate(ctx context.Context, cfg RateConfig) (RateResult, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConns:        2 * cfg.Concurrency,
-		MaxIdleConnsPerHost: cfg.Concurrency,
-		IdleConnTimeout:     60 * time.Second,
-		DisableCompression:  true,
-	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: cfg.Timeout}
+	return cfg
+}
 
-	var db *sql.DB
-	if cfg.MySQLDSN != "" {
-		var err error
-		if db, err = sql.Open("mysql", cfg.MySQLDSN); err != nil {
-			return RateResult{}, err
+// rateTally is what MeasureRate's workers count inside the window.
+type rateTally struct {
+	next      atomic.Int64
+	measuring atomic.Bool
+	mu        sync.Mutex
+	lat       []time.Duration
+	statuses  map[string]int64
+	errs      int64
+}
+
+// work is worker w: it sends cfg's requests until ctx ends, counting the
+// answers and latencies of those sent and answered inside the window.
+func (t *rateTally) work(ctx context.Context, client *http.Client, cfg RateConfig, w int) {
+	var mine []time.Duration
+	st := map[int]int64{}
+	var e int64
+	for ctx.Err() == nil {
+		i := t.next.Add(1) - 1
+		req, err := rateRequest(ctx, cfg, i, cfg.URLs[(int(i)+w)%len(cfg.URLs)]+cfg.Path)
+		if err != nil {
+			e++
+			continue
 		}
-		defer func() { _ = db.Close() }()
-		db.SetMaxOpenConns(1)
-	}
-
-	var (
-		next      atomic.Int64
-		measuring atomic.Bool
-		mu        sync.Mutex
-		lat       []time.Duration
-		statuses  = map[string]int64{}
-		errs      int64
-	)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for w := range cfg.Concurrency {
-		wg.Go(func() {
-			var mine []time.Duration
-			st := map[int]int64{}
-			var e int64
-			for wctx.Err() == nil {
-				i := next.Add(1) - 1
-				url := cfg.URLs[(int(i)+w)%len(cfg.URLs)] + cfg.Path
-				var body io.Reader
-				if cfg.Body != nil {
-					body = bytes.NewReader(cfg.Body(i))
-				}
-				req, err := http.NewRequestWithContext(wctx, cfg.Method, url, body)
-				if err != nil {
-					e++
-					continue
-				}
-				if cfg.Header != nil {
-					cfg.Header(i, req.Header)
-				}
-				on := measuring.Load()
-				t0 := time.Now()
-				resp, err := client.Do(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-				if !on || !measuring.Load() {
-					continue // warm-up, or the window closed meanwhile
-				}
-				if err != nil {
-					if wctx.Err() == nil {
-						e++
-					}
-					continue
-				}
-				st[resp.StatusCode]++
-				mine = append(mine, time.Since(t0))
+		on := t.measuring.Load()
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		switch {
+		case !on || !t.measuring.Load(): // warm-up, or the window closed meanwhile
+		case err != nil:
+			if ctx.Err() == nil {
+				e++
 			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			for k, v := range st {
-				statuses[strconv.Itoa(k)] += v
-			}
-			errs += e
-			mu.Unlock()
-		})
+		default:
+			st[resp.StatusCode]++
+			mine = append(mine, time.Since(t0))
+		}
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lat = append(t.lat, mine...)
+	for k, v := range st {
+		t.statuses[strconv.Itoa(k)] += v
+	}
+	t.errs += e
+}
 
-	res := RateResult{Name: cfg.Name, Method: cfg.Method, Path: cfg.Path, Concurrency: cfg.Concurrency, MySQLPerRequest: -1}
+// rateRequest is request i of cfg, sent to url.
+func rateRequest(ctx context.Context, cfg RateConfig, i int64, url string) (*http.Request, error) {
+	var body io.Reader
+	if cfg.Body != nil {
+		body = bytes.NewReader(cfg.Body(i))
+	}
+	req, err := http.NewRequestWithContext(ctx, cfg.Method, url, body)
+	if err == nil && cfg.Header != nil {
+		cfg.Header(i, req.Header)
+	}
+	return req, err
+}
+
+// window waits out the warm-up, then opens the measured window for
+// cfg.Duration. It returns the window's length and MySQL's statements in
+// it (-1: not measured), or ctx's error.
+func (t *rateTally) window(ctx context.Context, db *sql.DB, cfg RateConfig) (time.Duration, int64, error) {
 	sleep := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
@@ -170,34 +199,39 @@ func MeasureRate(ctx context.Context, cfg RateConfig) (RateResult, error) {
 		}
 	}
 	if !sleep(cfg.Warmup) {
-		cancel()
-		wg.Wait()
-		return res, ctx.Err()
+		return 0, -1, ctx.Err()
 	}
 	q0, qerr := questions(ctx, db)
-	measuring.Store(true)
+	t.measuring.Store(true)
 	start := time.Now()
 	ok := sleep(cfg.Duration)
-	measuring.Store(false)
+	t.measuring.Store(false)
 	elapsed := time.Since(start)
 	q1, qerr1 := questions(ctx, db)
-	cancel()
-	wg.Wait()
 	if !ok {
-		return res, ctx.Err()
+		return 0, -1, ctx.Err()
 	}
+	if db == nil || qerr != nil || qerr1 != nil {
+		return elapsed, -1, nil
+	}
+	return elapsed, q1 - q0 - 1, nil // less our own SHOW
+}
 
+// summarize fills res from the tally of a window of elapsed with q MySQL
+// statements (-1: not measured); want is the status counted as answered.
+func (t *rateTally) summarize(res *RateResult, elapsed time.Duration, q int64, want int) {
 	res.Seconds = elapsed.Seconds()
-	res.Statuses = statuses
-	res.Errors = errs
-	for _, n := range statuses {
+	res.Statuses = t.statuses
+	res.Errors = t.errs
+	for _, n := range t.statuses {
 		res.Requests += n
 	}
-	res.Answered = statuses[strconv.Itoa(cfg.Want)]
+	res.Answered = t.statuses[strconv.Itoa(want)]
 	res.PerSec = float64(res.Answered) / res.Seconds
-	if db != nil && qerr == nil && qerr1 == nil && res.Requests > 0 {
-		res.MySQLPerRequest = float64(q1-q0-1) / float64(res.Requests) // less our own SHOW
+	if q >= 0 && res.Requests > 0 {
+		res.MySQLPerRequest = float64(q) / float64(res.Requests)
 	}
+	lat := t.lat
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	if len(lat) > 0 {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -208,7 +242,6 @@ func MeasureRate(ctx context.Context, cfg RateConfig) (RateResult, error) {
 		res.Latency = Latency{P50: ms(quantile(lat, .50)), P95: ms(quantile(lat, .95)), P99: ms(quantile(lat, .99)),
 			Max: ms(lat[len(lat)-1]), Mean: ms(sum / time.Duration(len(lat)))}
 	}
-	return res, nil
 }
 
 // questions is MySQL's count of statements from every client.
