@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/redissub"
 )
 
 // Refused clients, told to every instance. The failed-token count lives in
@@ -138,63 +139,35 @@ func (t *authThrottle) load(ctx context.Context) error {
 
 // Listen keeps this instance's list of refused clients from what the
 // others publish until ctx ends. The list is live only while a
-// subscription is up and the set has been read since it was made; a
-// subscription that leaves a ping unanswered for a ping period is replaced.
+// subscription is up and the set has been read since it was made.
 func (t *authThrottle) Listen(ctx context.Context) {
 	defer t.blocks.live.Store(false)
-	for ctx.Err() == nil {
-		t.follow(ctx)
-	}
-}
-
-// follow follows one subscription until ctx ends or it goes silent.
-func (t *authThrottle) follow(ctx context.Context) {
-	ps := t.rdb.Subscribe(ctx, t.channel())
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	defer stop()
-	defer func() { _ = ps.Close() }()
-	t.blocks.live.Store(false)
-	subscribed, pinged := false, false
-	for ctx.Err() == nil {
+	subscribed := false
+	load := func() {
 		if subscribed && !t.blocks.live.Load() && t.load(ctx) == nil {
 			t.blocks.live.Store(true)
 		}
-		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
-		var ne net.Error
-		switch {
-		case err == nil:
-			pinged = false
-		case errors.As(err, &ne) && ne.Timeout():
-			t.blocks.prune()
-			if pinged { // no answer for a whole period: a dead connection
-				t.blocks.live.Store(false)
-				return
-			}
-			_ = ps.Ping(ctx)
-			pinged = true
-			continue
-		default: // Redis unreachable: the next Receive reconnects and resubscribes
-			t.blocks.live.Store(false)
-			subscribed = false
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-			continue
-		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
+	}
+	redissub.Follow(ctx, t.rdb, t.channel(), redissub.Handler{
+		Subscribed: func() {
 			t.blocks.live.Store(false) // messages may have been missed: read the set again
-			subscribed = m.Kind == "subscribe"
-		case *redis.Message:
-			ms, key, ok := strings.Cut(m.Payload, " ")
+			subscribed = true
+			load()
+		},
+		Message: func(payload string) {
+			ms, key, ok := strings.Cut(payload, " ")
 			if n, err := strconv.ParseInt(ms, 10, 64); ok && err == nil {
 				t.blocks.add(key, time.Duration(n)*time.Millisecond)
 			}
-		}
-	}
+			load()
+		},
+		Lost: func() {
+			t.blocks.live.Store(false)
+			subscribed = false
+		},
+		Idle: func() {
+			t.blocks.prune()
+			load() // a read of the set that failed is tried again
+		},
+	})
 }
-
-// pingEvery is how long Listen waits for a message before it pings, so a
-// connection that died silently is noticed and replaced.
-const pingEvery = 5 * time.Second

@@ -10,13 +10,12 @@ package stockevents
 
 import (
 	"context"
-	"errors"
-	"net"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/redissub"
 )
 
 // Redis publishes and receives stock changes on one channel.
@@ -47,43 +46,13 @@ func parse(payload string) (sku string, seq int64) {
 	return sku, seq
 }
 
-// pingEvery is how long Listen waits for a message before it pings, so a
-// connection that died silently is noticed and replaced.
-const pingEvery = 5 * time.Second
-
 // Listen calls changed(sku, seq) for every change published, and
 // changed("", 0) (every SKU) whenever the subscription starts or is restored
-// after a broken connection, until ctx ends. It returns when ctx ends.
+// after a broken or silent connection, until ctx ends. It returns when ctx
+// ends.
 func (r *Redis) Listen(ctx context.Context, changed func(sku string, seq int64)) {
-	ps := r.rdb.Subscribe(ctx, r.channel)
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	defer stop()
-	defer func() { _ = ps.Close() }()
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				_ = ps.Ping(ctx) // a failed ping reconnects and resubscribes
-				continue
-			}
-			// Redis unreachable: the next Receive reconnects.
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				changed("", 0)
-			}
-		case *redis.Message:
-			changed(parse(m.Payload))
-		}
-	}
+	redissub.Follow(ctx, r.rdb, r.channel, redissub.Handler{
+		Subscribed: func() { changed("", 0) },
+		Message:    func(payload string) { changed(parse(payload)) },
+	})
 }

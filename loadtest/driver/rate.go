@@ -211,10 +211,11 @@ func (t *rateTally) window(ctx context.Context, db *sql.DB, cfg RateConfig) (tim
 	if !ok {
 		return 0, -1, ctx.Err()
 	}
-	if db == nil || qerr != nil || qerr1 != nil {
-		return elapsed, -1, nil
+	q := int64(-1) // not measured: no DSN, or a count not read
+	if db != nil && qerr == nil && qerr1 == nil {
+		q = q1 - q0 - 1 // less our own SHOW
 	}
-	return elapsed, q1 - q0 - 1, nil // less our own SHOW
+	return elapsed, q, nil
 }
 
 // summarize fills res from the tally of a window of elapsed with q MySQL
