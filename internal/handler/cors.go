@@ -7,6 +7,8 @@ import (
 
 	"github.com/gin-contrib/cors"
 	"github.com/gin-gonic/gin"
+
+	"github.com/seckill/stock/internal/api"
 )
 
 // Browsers as clients: CORS on the routes a sale's page calls (orders,
@@ -14,7 +16,7 @@ import (
 // /v1/admin (confirm among them), the probes or the documents.
 
 // browserRoutes are the routes open to the CORS origins.
-var browserRoutes = []string{"/v1/orders", "/v1/orders/:id", "/v1/orders/:id/cancel", "/v1/stock/:sku"}
+var browserRoutes = []string{api.Orders, api.Order, api.OrderCancel, api.Stock}
 
 // corsMaxAge is how long a browser may keep a preflight's answer.
 const corsMaxAge = 10 * time.Minute

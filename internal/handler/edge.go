@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/seckill/stock/internal/api"
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/service"
 )
@@ -155,7 +156,7 @@ func inflight(limit int64) gin.HandlerFunc {
 }
 
 func isProbe(path string) bool {
-	return path == "/healthz" || path == "/readyz" || path == "/metrics"
+	return path == api.Healthz || path == api.Readyz || path == api.Metrics
 }
 
 // RateLimiter decides whether a request of key may go on now. It is shared by

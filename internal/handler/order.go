@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/seckill/stock/internal/api"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -48,7 +49,7 @@ func (h *Handler) placeOrder(c *gin.Context) {
 		_ = c.Error(err)
 		return
 	}
-	c.Header("Location", "/v1/orders/"+strconv.FormatInt(o.ID, 10))
+	c.Header("Location", api.Path(api.Order, strconv.FormatInt(o.ID, 10)))
 	if replayed {
 		c.Header("Idempotent-Replayed", "true")
 		writeJSON(c, http.StatusOK, o)

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"testing"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -70,5 +71,25 @@ func TestEveryServiceErrorHasAProblem(t *testing.T) {
 	}
 	if service.IsError(errors.New("service: sold out")) {
 		t.Error("IsError is true for an error that only has a service error's text")
+	}
+}
+
+// TestClientKnowsEveryKind: each kind of problem the handler answers with
+// is one of the client's Kind constants, so a Go caller can name it.
+func TestClientKnowsEveryKind(t *testing.T) {
+	known := map[string]bool{}
+	for _, k := range []string{client.KindInvalidRequest, client.KindRequestTimeout, client.KindBodyTooLarge,
+		client.KindUnsupportedMediaType, client.KindInvalidToken, client.KindUnauthorized, client.KindAdminDisabled,
+		client.KindCORSOriginRefused, client.KindPaymentUnauthorized, client.KindPaymentDisabled, client.KindNotFound,
+		client.KindMethodNotAllowed, client.KindUnknownSKU, client.KindOrderNotFound, client.KindSoldOut,
+		client.KindLimitExceeded, client.KindOrderExpired, client.KindOrderCancelled, client.KindOrderConfirmed,
+		client.KindKeyReused, client.KindRateLimited, client.KindOverloaded, client.KindRequestInProgress,
+		client.KindBusy, client.KindLockLost, client.KindUnavailable, client.KindInternal} {
+		known[k] = true
+	}
+	for _, k := range append(problems, internalProblem) {
+		if !known[k.kind] {
+			t.Errorf("problem kind %q has no client.Kind constant", k.kind)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/seckill/stock/internal/api"
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/service"
 )
@@ -173,50 +174,51 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 		g.HEAD(path, hs...)
 	}
 
-	// The whole API. The public /v1 routes are limited per client IP;
-	// the buyers' own, per buyer too, once authenticated.
-	v1 := r.Group("/v1")
+	// The whole API, each route by its name in internal/api (the client's
+	// too). The public /v1 routes are limited per client IP; the buyers'
+	// own, per buyer too, once authenticated.
+	v1 := r.Group("")
 	if cfg.Limiter != nil {
 		v1.Use(rateLimit(cfg.Limiter))
 	}
-	buyers := v1.Group("/orders", h.authBuyer)
+	buyers := v1.Group("", h.authBuyer)
 	if cfg.BuyerLimiter != nil {
 		buyers.Use(rateLimitBuyer(cfg.BuyerLimiter))
 	}
-	buyers.POST("", h.placeOrder)
-	get(buyers, "", h.listOrders)
-	get(buyers, "/:id", h.getOrder)
-	buyers.POST("/:id/cancel", h.cancelOrder)
-	get(v1, "/stock/:sku", h.getStock)
-	admin := r.Group("/v1/admin", h.admin)
-	admin.PUT("/stock/:sku", h.setStock)
-	get(admin, "/stock/:sku/audit", h.audit)
-	get(admin, "/orders/:id", h.getOrder)
-	admin.POST("/orders/:id/cancel", h.cancelOrder)
+	buyers.POST(api.Orders, h.placeOrder)
+	get(buyers, api.Orders, h.listOrders)
+	get(buyers, api.Order, h.getOrder)
+	buyers.POST(api.OrderCancel, h.cancelOrder)
+	get(v1, api.Stock, h.getStock)
+	admin := r.Group("", h.admin)
+	admin.PUT(api.AdminStock, h.setStock)
+	get(admin, api.AdminAudit, h.audit)
+	get(admin, api.AdminOrder, h.getOrder)
+	admin.POST(api.AdminCancel, h.cancelOrder)
 	// Confirm is the payment service's (or the admin's): a back-office
 	// route, not limited per client IP, as one service sends every confirm
 	// (only its failed token checks are counted, as on every route that
 	// needs a token).
-	r.Group("/v1/admin/orders", h.payment).POST("/:id/confirm", h.confirmOrder)
-	get(r, "/healthz", h.healthz)
-	get(r, "/readyz", h.readyz)
+	r.POST(api.AdminConfirm, h.payment, h.confirmOrder)
+	get(r, api.Healthz, h.healthz)
+	get(r, api.Readyz, h.readyz)
 	if cfg.ServeMetrics {
-		get(r, "/metrics", MetricsHandler(gatherer))
+		get(r, api.Metrics, MetricsHandler(gatherer))
 	}
 	if len(cfg.CORSOrigins) > 0 {
 		for _, p := range browserRoutes {
 			allow := "GET, HEAD"
-			if p != "/v1/orders/:id" && p != "/v1/stock/:sku" {
+			if p != api.Order && p != api.Stock {
 				allow = "POST"
-				if p == "/v1/orders" {
+				if p == api.Orders {
 					allow = "GET, HEAD, POST"
 				}
 			}
 			r.OPTIONS(p, preflight(allow+", OPTIONS"))
 		}
 	}
-	get(r, "/openapi.yaml", serveDocument("application/yaml", openapiYAML))
-	get(r, "/openapi.json", serveDocument("application/json", spec))
+	get(r, api.OpenAPIYAML, serveDocument("application/yaml", openapiYAML))
+	get(r, api.OpenAPIJSON, serveDocument("application/json", spec))
 }
 
 // MetricsHandler serves the Prometheus metrics of gatherer.

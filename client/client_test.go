@@ -1,0 +1,179 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/seckill/stock/client"
+)
+
+func newClient(t *testing.T, tok string) *client.Client {
+	t.Helper()
+	c, err := client.New(server, client.WithToken(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestNewRefusesARelativeURL(t *testing.T) {
+	for _, u := range []string{"", "127.0.0.1:8080", "/v1", "ftp://x", "http://"} {
+		if _, err := client.New(u); err == nil {
+			t.Errorf("New(%q): no error", u)
+		}
+	}
+}
+
+// TestOrderLifecycle walks every route of the client once against the real
+// service and checks each typed answer.
+func TestOrderLifecycle(t *testing.T) {
+	ctx := t.Context()
+	admin := newClient(t, adminToken)
+	s := sku(t)
+	st, err := admin.SetStock(ctx, s, client.StockSetting{Available: 3, PaymentWindowSeconds: 60})
+	if err != nil || st.Available != 3 || st.PaymentWindowSeconds != 60 || st.SKU != s {
+		t.Fatalf("SetStock = %+v, %v", st, err)
+	}
+	buyer := admin.As(buyerToken("u-lifecycle"))
+	a, err := buyer.Place(ctx, "k-a", s, 1)
+	if err != nil || a.Replayed || a.Status != client.StatusReserved || a.ExpiresAt == nil || a.Buyer != "u-lifecycle" || a.Key != "k-a" {
+		t.Fatalf("Place = %+v, %v", a, err)
+	}
+	if left := time.Until(*a.ExpiresAt); left < 50*time.Second || left > 61*time.Second {
+		t.Errorf("expires_at %v is %v away, want about 60s", a.ExpiresAt, left)
+	}
+	b, err := buyer.Place(ctx, "k-b", s, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := buyer.Order(ctx, a.ID); err != nil || got.ID != a.ID || got.Quantity != 1 {
+		t.Errorf("Order = %+v, %v", got, err)
+	}
+	paid, err := admin.Confirm(ctx, a.ID, "ref-1")
+	if err != nil || paid.Status != client.StatusConfirmed || paid.PaymentRef != "ref-1" {
+		t.Errorf("Confirm = %+v, %v", paid, err)
+	}
+	if got, err := admin.AdminCancel(ctx, b.ID); err != nil || got.Status != client.StatusCancelled {
+		t.Errorf("AdminCancel = %+v, %v", got, err)
+	}
+	if got, err := admin.AdminOrder(ctx, b.ID); err != nil || got.Status != client.StatusCancelled || got.Buyer != "u-lifecycle" {
+		t.Errorf("AdminOrder = %+v, %v", got, err)
+	}
+	if _, err := buyer.Cancel(ctx, a.ID); !client.IsKind(err, client.KindOrderConfirmed) {
+		t.Errorf("Cancel of a paid order: %v, want %s", err, client.KindOrderConfirmed)
+	}
+	if st, err := buyer.Stock(ctx, s); err != nil || st.Available != 2 || st.Reserved != 0 || st.Sold != 1 {
+		t.Errorf("Stock = %+v, %v", st, err)
+	}
+	au, err := admin.Audit(ctx, s)
+	if err != nil || !au.Consistent || au.Orders != 2 || au.OrdersByStatus[client.StatusConfirmed] != 1 || au.OrdersByStatus[client.StatusCancelled] != 1 {
+		t.Errorf("Audit = %+v, %v", au, err)
+	}
+}
+
+func TestOrdersPages(t *testing.T) {
+	ctx := t.Context()
+	admin := newClient(t, adminToken)
+	s := sku(t)
+	if _, err := admin.SetStock(ctx, s, client.StockSetting{Available: 10}); err != nil {
+		t.Fatal(err)
+	}
+	buyer := admin.As(buyerToken("u-pages"))
+	var ids []int64
+	for _, k := range []string{"p1", "p2", "p3"} {
+		o, err := buyer.Place(ctx, k, s, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.ID)
+	}
+	first, err := buyer.Orders(ctx, client.OrdersQuery{SKU: s, Limit: 2})
+	if err != nil || len(first.Orders) != 2 || first.NextCursor == "" || first.Orders[0].ID != ids[2] {
+		t.Fatalf("first page = %+v, %v", first, err)
+	}
+	rest, err := buyer.Orders(ctx, client.OrdersQuery{SKU: s, Limit: 2, Cursor: first.NextCursor})
+	if err != nil || len(rest.Orders) != 1 || rest.NextCursor != "" || rest.Orders[0].ID != ids[0] {
+		t.Errorf("last page = %+v, %v", rest, err)
+	}
+	none, err := buyer.Orders(ctx, client.OrdersQuery{SKU: s, Status: client.StatusCancelled})
+	if err != nil || len(none.Orders) != 0 {
+		t.Errorf("cancelled = %+v, %v", none, err)
+	}
+}
+
+// TestProblems checks that each refusal arrives as a *Problem with the
+// service's kind, status and extra members.
+func TestProblems(t *testing.T) {
+	ctx := t.Context()
+	admin := newClient(t, adminToken)
+	s := sku(t)
+	if _, err := admin.SetStock(ctx, s, client.StockSetting{Available: 10, PerBuyerLimit: 2}); err != nil {
+		t.Fatal(err)
+	}
+	buyer := admin.As(buyerToken("u-problems"))
+	if _, err := buyer.Place(ctx, "k1", s, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := buyer.Place(ctx, "k2", s, 1)
+	var p *client.Problem
+	if !errors.As(err, &p) || p.Status != http.StatusConflict || p.Kind() != client.KindLimitExceeded ||
+		p.Limit == nil || *p.Limit != 2 || p.Remaining == nil || *p.Remaining != 0 || p.Temporary() {
+		t.Errorf("over the limit: %#v", err)
+	}
+	cases := []struct {
+		name   string
+		call   func() error
+		status int
+		kind   string
+	}{
+		{"key reused", func() error { _, err := buyer.Place(ctx, "k1", s, 1); return err }, 422, client.KindKeyReused},
+		{"unknown sku", func() error { _, err := buyer.Stock(ctx, s+"-none"); return err }, 404, client.KindUnknownSKU},
+		{"bad token", func() error { _, err := buyer.As("nope").Order(ctx, 1); return err }, 401, client.KindInvalidToken},
+		{"not admin", func() error { _, err := buyer.Audit(ctx, s); return err }, 401, client.KindUnauthorized},
+		{"no order", func() error { _, err := buyer.Order(ctx, 1<<40); return err }, 404, client.KindOrderNotFound},
+		{"bad quantity", func() error { _, err := buyer.Place(ctx, "k3", s, 0); return err }, 400, client.KindInvalidRequest},
+	}
+	for _, c := range cases {
+		err := c.call()
+		if !errors.As(err, &p) || p.Status != c.status || p.Kind() != c.kind {
+			t.Errorf("%s: %v, want %d %s", c.name, err, c.status, c.kind)
+		}
+	}
+}
+
+// TestAnswerThatIsNotAProblem: a proxy's own error page still comes back
+// as a *Problem, with its status and Retry-After.
+func TestAnswerThatIsNotAProblem(t *testing.T) {
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("<html>bad gateway</html>"))
+	}))
+	defer proxy.Close()
+	c, err := client.New(proxy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Place(context.Background(), "k", "s", 1)
+	var p *client.Problem
+	if !errors.As(err, &p) || p.Status != 502 || p.Kind() != "about:blank" || p.RetryAfter != 3*time.Second || !p.Temporary() {
+		t.Errorf("502 page: %#v", err)
+	}
+	if c.Healthz(context.Background()) == nil {
+		t.Error("Healthz of a 502: nil error")
+	}
+}
+
+func TestProbes(t *testing.T) {
+	c := newClient(t, "")
+	if err := c.Healthz(t.Context()); err != nil {
+		t.Error(err)
+	}
+	if err := c.Readyz(t.Context()); err != nil {
+		t.Error(err)
+	}
+}

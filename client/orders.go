@@ -1,0 +1,139 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/seckill/stock/internal/api"
+)
+
+// The statuses of an order.
+const (
+	StatusReserved  = "reserved"  // placed under a payment window, awaiting payment
+	StatusConfirmed = "confirmed" // paid, or placed on a SKU without a window
+	StatusCancelled = "cancelled" // given up by its buyer or the admin; its units went back
+	StatusExpired   = "expired"   // not paid within the window; its units went back
+)
+
+// Order is an order as the API shows it.
+type Order struct {
+	ID       int64  `json:"id"`
+	Buyer    string `json:"buyer"`
+	Key      string `json:"idempotency_key"`
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+	Status   string `json:"status"`
+	// ExpiresAt is the payment deadline of a reserved order; nil for an
+	// order confirmed at once.
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	PaymentRef string     `json:"payment_ref,omitempty"`
+	// Fence is the lock's fencing token the order was placed under, when
+	// the strategy takes a lock.
+	Fence     *int64    `json:"fence,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Placed is the answer to Place.
+type Placed struct {
+	Order
+	// Replayed: the key had placed this order before (200, not 201); the
+	// answer is the stored order, and nothing new was charged.
+	Replayed bool
+}
+
+// Place orders quantity units of sku under the idempotency key (POST
+// /v1/orders, as the buyer of the client's token). Sending the same key
+// again, after an error or a lost answer, returns the same order, never a
+// second one; a *Problem that is Temporary is worth that retry.
+func (c *Client) Place(ctx context.Context, key, sku string, quantity int) (Placed, error) {
+	var p Placed
+	in := struct {
+		SKU      string `json:"sku"`
+		Quantity int    `json:"quantity"`
+	}{sku, quantity}
+	status, err := c.call(ctx, http.MethodPost, api.Orders, http.Header{"Idempotency-Key": {key}}, in, &p.Order)
+	p.Replayed = err == nil && status == http.StatusOK
+	return p, err
+}
+
+// Order is one of the buyer's orders (GET /v1/orders/{id}).
+func (c *Client) Order(ctx context.Context, id int64) (Order, error) {
+	return c.order(ctx, http.MethodGet, api.Order, id, nil)
+}
+
+// AdminOrder is any buyer's order, with the admin token (GET
+// /v1/admin/orders/{id}).
+func (c *Client) AdminOrder(ctx context.Context, id int64) (Order, error) {
+	return c.order(ctx, http.MethodGet, api.AdminOrder, id, nil)
+}
+
+// Cancel gives up one of the buyer's reserved orders; its units go back on
+// sale (POST /v1/orders/{id}/cancel). Cancelling a cancelled order again
+// answers it as it is.
+func (c *Client) Cancel(ctx context.Context, id int64) (Order, error) {
+	return c.order(ctx, http.MethodPost, api.OrderCancel, id, nil)
+}
+
+// AdminCancel cancels any buyer's reserved order, with the admin token.
+func (c *Client) AdminCancel(ctx context.Context, id int64) (Order, error) {
+	return c.order(ctx, http.MethodPost, api.AdminCancel, id, nil)
+}
+
+// Confirm records the payment of a reserved order, with the payment (or
+// admin) token; paymentRef "" sends none. Confirming a confirmed order
+// again answers it as it is.
+func (c *Client) Confirm(ctx context.Context, id int64, paymentRef string) (Order, error) {
+	var in any
+	if paymentRef != "" {
+		in = struct {
+			PaymentRef string `json:"payment_ref"`
+		}{paymentRef}
+	}
+	return c.order(ctx, http.MethodPost, api.AdminConfirm, id, in)
+}
+
+func (c *Client) order(ctx context.Context, method, route string, id int64, in any) (Order, error) {
+	var o Order
+	_, err := c.call(ctx, method, api.Path(route, strconv.FormatInt(id, 10)), nil, in, &o)
+	return o, err
+}
+
+// OrdersQuery selects a page of the buyer's orders; zero fields select
+// nothing (every SKU, every status, the newest page, the server's default
+// size).
+type OrdersQuery struct {
+	SKU    string
+	Status string
+	Cursor string // OrderPage.NextCursor of the page before
+	Limit  int
+}
+
+// OrderPage is a page of orders, newest first.
+type OrderPage struct {
+	Orders []Order `json:"orders"`
+	// NextCursor fetches the next (older) page; "" on the last one.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Orders is a page of the buyer's orders (GET /v1/orders).
+func (c *Client) Orders(ctx context.Context, q OrdersQuery) (OrderPage, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"sku": q.SKU, "status": q.Status, "cursor": q.Cursor} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	path := api.Orders
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var p OrderPage
+	_, err := c.call(ctx, http.MethodGet, path, nil, nil, &p)
+	return p, err
+}

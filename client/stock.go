@@ -1,0 +1,83 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/seckill/stock/internal/api"
+)
+
+// Stock is a SKU's stock row.
+type Stock struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	Reserved  int64  `json:"reserved"` // units of reserved orders
+	Sold      int64  `json:"sold"`     // units of confirmed orders
+	Version   int64  `json:"version"`
+	// PerBuyerLimit caps one buyer's reserved and confirmed units; 0: none.
+	PerBuyerLimit int64 `json:"per_buyer_limit"`
+	// PaymentWindowSeconds is how long a new order stays reserved; 0:
+	// orders are confirmed at once.
+	PaymentWindowSeconds int64 `json:"payment_window_seconds"`
+}
+
+// StockSetting is what an admin sets on a SKU; a zero PerBuyerLimit or
+// PaymentWindowSeconds means none.
+type StockSetting struct {
+	Available            int64 `json:"available"`
+	PerBuyerLimit        int64 `json:"per_buyer_limit,omitempty"`
+	PaymentWindowSeconds int64 `json:"payment_window_seconds,omitempty"`
+}
+
+// SetStock creates or changes a SKU, with the admin token (PUT
+// /v1/admin/stock/{sku}), and returns its row as it is now.
+func (c *Client) SetStock(ctx context.Context, sku string, set StockSetting) (Stock, error) {
+	var s Stock
+	_, err := c.call(ctx, http.MethodPut, api.Path(api.AdminStock, sku), nil, set, &s)
+	return s, err
+}
+
+// Stock is a SKU's stock (GET /v1/stock/{sku}); no token needed.
+func (c *Client) Stock(ctx context.Context, sku string) (Stock, error) {
+	var s Stock
+	_, err := c.call(ctx, http.MethodGet, api.Path(api.Stock, sku), nil, nil, &s)
+	return s, err
+}
+
+// Audit is the reconciliation of a SKU from MySQL's rows: the stock row,
+// its orders and the buyers' ledger (GET /v1/admin/stock/{sku}/audit).
+type Audit struct {
+	SKU                  string `json:"sku"`
+	Available            int64  `json:"available"`
+	Reserved             int64  `json:"reserved"`
+	Sold                 int64  `json:"sold"`
+	Stocked              int64  `json:"stocked"`
+	PaymentWindowSeconds int64  `json:"payment_window_seconds"`
+	Orders               int64  `json:"orders"`
+	// OrdersByStatus counts the orders in each status.
+	OrdersByStatus    map[string]int64 `json:"orders_by_status"`
+	OrderedQuantity   int64            `json:"ordered_quantity"`
+	ReservedQuantity  int64            `json:"reserved_quantity"`
+	ConfirmedQuantity int64            `json:"confirmed_quantity"`
+	ReturnedQuantity  int64            `json:"returned_quantity"`
+	DistinctKeys      int64            `json:"distinct_keys"`
+	PerBuyerLimit     int64            `json:"per_buyer_limit"`
+	MaxBuyerHolds     int64            `json:"max_buyer_holds"`
+	BuyersOverLimit   int64            `json:"buyers_over_limit"`
+	LedgerMismatch    int64            `json:"buyer_ledger_mismatch"`
+	LedgerRestocked   int64            `json:"ledger_restocked"`
+	LedgerSold        int64            `json:"ledger_sold"`
+	LedgerReturned    int64            `json:"ledger_returned"`
+	ReturnMismatch    int64            `json:"return_mismatch"`
+	Oversold          int64            `json:"oversold"`
+	// Consistent: every check held; Problems says which did not.
+	Consistent bool     `json:"consistent"`
+	Problems   []string `json:"problems"`
+}
+
+// Audit reconciles sku, with the admin token.
+func (c *Client) Audit(ctx context.Context, sku string) (Audit, error) {
+	var a Audit
+	_, err := c.call(ctx, http.MethodGet, api.Path(api.AdminAudit, sku), nil, nil, &a)
+	return a, err
+}

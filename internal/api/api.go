@@ -1,0 +1,40 @@
+// Package api names the routes of the HTTP API. The handler registers them
+// and the client fills them in, so a route renamed on one side breaks the
+// build of the other rather than a load run.
+package api
+
+import (
+	"net/url"
+	"strings"
+)
+
+// The routes, in gin's pattern syntax (":name" is one path segment).
+const (
+	Orders       = "/v1/orders"
+	Order        = "/v1/orders/:id"
+	OrderCancel  = "/v1/orders/:id/cancel"
+	Stock        = "/v1/stock/:sku"
+	AdminStock   = "/v1/admin/stock/:sku"
+	AdminAudit   = "/v1/admin/stock/:sku/audit"
+	AdminOrder   = "/v1/admin/orders/:id"
+	AdminCancel  = "/v1/admin/orders/:id/cancel"
+	AdminConfirm = "/v1/admin/orders/:id/confirm"
+	Healthz      = "/healthz"
+	Readyz       = "/readyz"
+	Metrics      = "/metrics"
+	OpenAPIYAML  = "/openapi.yaml"
+	OpenAPIJSON  = "/openapi.json"
+)
+
+// Path fills pattern's ":name" segments, in order, with values, each
+// path-escaped (a slash inside a value stays inside its segment). A
+// segment without a value left is kept as it is.
+func Path(pattern string, values ...string) string {
+	segs := strings.Split(pattern, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, ":") && len(values) > 0 {
+			segs[i], values = url.PathEscape(values[0]), values[1:]
+		}
+	}
+	return strings.Join(segs, "/")
+}
