@@ -71,7 +71,8 @@ func (c *Client) As(tok string) *Client {
 func (c *Client) BaseURL() string { return c.base }
 
 // call is one request: method on path, with in (if not nil) as its JSON
-// body and header's values. A 2xx answer is decoded into out (if not nil);
+// body and header's values. A 2xx answer is decoded into out (if not nil;
+// a *[]byte takes the body as it is);
 // any other is returned as a *Problem. It returns the answer's status.
 func (c *Client) call(ctx context.Context, method, path string, header http.Header, in, out any) (int, error) {
 	var body io.Reader
@@ -107,7 +108,9 @@ func (c *Client) call(ctx context.Context, method, path string, header http.Head
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return resp.StatusCode, problemOf(resp, raw)
 	}
-	if out != nil {
+	if b, ok := out.(*[]byte); ok {
+		*b = raw
+	} else if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
 			return resp.StatusCode, fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
 		}
@@ -132,4 +135,13 @@ func (c *Client) Readyz(ctx context.Context) error {
 func IsKind(err error, kind string) bool {
 	var p *Problem
 	return errors.As(err, &p) && p.Kind() == kind
+}
+
+// Metrics is the instance's Prometheus metrics in the text format, read
+// from the client's base URL (the metrics listener, STOCK_METRICS_ADDR,
+// unless the public port serves them).
+func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
+	var raw []byte
+	_, err := c.call(ctx, http.MethodGet, api.Metrics, nil, nil, &raw)
+	return raw, err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,5 +176,12 @@ func TestProbes(t *testing.T) {
 	}
 	if err := c.Readyz(t.Context()); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	text, err := newClient(t, "").Metrics(t.Context())
+	if err != nil || !strings.Contains(string(text), "# TYPE") {
+		t.Errorf("Metrics = %.80q, %v", text, err)
 	}
 }
