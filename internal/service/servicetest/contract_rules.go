@@ -79,36 +79,50 @@ func contractOneBumpPerSKUAndSweep(t *testing.T, s ContractStore) {
 // for: with the SKU's row held by another writer for a while, an order of
 // every write mode and of a batch (with and without a per-buyer limit)
 // still gets its whole payment window from the moment it committed.
-func contractDeadlineAfterLockWait(t *testing.T, s ContractStore) {
-	const (
-		window    = 60
-		hold      = 1500 * time.Millisecond
-		tolerance = 500 * time.Millisecond
-	)
-	type write struct {
-		name  string
-		limit int64
-		place func(sku string) ([]service.Order, error)
-	}
+// deadlineWindow, deadlineHold and deadlineTolerance are
+// contractDeadlineAfterLockWait's payment window (s), how long another
+// writer holds the row, and how much of the window the wait may cost.
+const (
+	deadlineWindow    = 60
+	deadlineHold      = 1500 * time.Millisecond
+	deadlineTolerance = 500 * time.Millisecond
+)
+
+// timedWrite is one write path of the deadline contract and the per-buyer
+// limit of the SKU it writes.
+type timedWrite struct {
+	name  string
+	limit int64
+	place func(sku string) ([]service.Order, error)
+}
+
+// timedWrites are every single-order write mode, and a batch without and
+// with a per-buyer limit.
+func timedWrites(s ContractStore) []timedWrite {
 	ctx := context.Background()
-	var writes []write
+	var writes []timedWrite
 	for _, w := range allWrites {
-		writes = append(writes, write{writeName(w), 0, func(sku string) ([]service.Order, error) {
+		writes = append(writes, timedWrite{writeName(w), 0, func(sku string) ([]service.Order, error) {
 			o, err := s.Deduct(ctx, deduction("b", sku+"-1", sku, 1, w))
 			return []service.Order{o}, err
 		}})
 	}
 	for _, limit := range []int64{0, 5} {
-		writes = append(writes, write{"batch", limit, func(sku string) ([]service.Order, error) {
+		writes = append(writes, timedWrite{"batch", limit, func(sku string) ([]service.Order, error) {
 			orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: sku, Fence: 1, Items: []service.BatchItem{
 				{Buyer: "b1", Key: sku + "-1", RequestHash: "h1", Quantity: 1}, {Buyer: "b2", Key: sku + "-2", RequestHash: "h2", Quantity: 2}}})
 			return orders, errors.Join(append(errs, err)...)
 		}})
 	}
+	return writes
+}
+
+func contractDeadlineAfterLockWait(t *testing.T, s ContractStore) {
+	writes := timedWrites(s)
 	releases := make([]func(), len(writes))
 	for i, w := range writes {
 		sku := "DW" + string(rune('A'+i))
-		setWindow(t, s, sku, 100, w.limit, window)
+		setWindow(t, s, sku, 100, w.limit, deadlineWindow)
 		releases[i] = s.HoldRow(t, sku)
 	}
 	var wg sync.WaitGroup
@@ -127,7 +141,7 @@ func contractDeadlineAfterLockWait(t *testing.T, s ContractStore) {
 				release()
 				t.Errorf("%s (limit %d): the write ended while another writer held the row; want it to wait (%v)", w.name, w.limit, err)
 				return
-			case <-time.After(hold):
+			case <-time.After(deadlineHold):
 			}
 			release()
 			<-done
@@ -136,18 +150,25 @@ func contractDeadlineAfterLockWait(t *testing.T, s ContractStore) {
 				t.Errorf("%s (limit %d) after the wait: %v", w.name, w.limit, err)
 				return
 			}
-			for _, o := range orders {
-				if stored, err := s.OrderByKey(ctx, o.Buyer, o.Key); err != nil || stored.ExpiresAt == nil || o.ExpiresAt == nil ||
-					!stored.ExpiresAt.Equal(o.ExpiresAt.Time) {
-					t.Errorf("%s (limit %d): order %s answered expiring at %v, stored as %+v, %v; want the same deadline", w.name, w.limit, o.Key, o.ExpiresAt, stored, err)
-					continue
-				}
-				if o.ExpiresAt == nil || o.ExpiresAt.Sub(committed) < window*time.Second-tolerance {
-					t.Errorf("%s (limit %d): order %s expires at %v, committed by %v: %v of its %d s window left; want at least %v",
-						w.name, w.limit, o.Key, o.ExpiresAt, committed, o.ExpiresAt.Sub(committed), window, window*time.Second-tolerance)
-				}
-			}
+			checkDeadlines(t, s, w, orders, committed)
 		})
 	}
 	wg.Wait()
+}
+
+// checkDeadlines: each of orders, written by w and committed by committed,
+// answered the deadline it stored, with no more than deadlineTolerance of
+// its window gone.
+func checkDeadlines(t *testing.T, s ContractStore, w timedWrite, orders []service.Order, committed time.Time) {
+	for _, o := range orders {
+		if stored, err := s.OrderByKey(context.Background(), o.Buyer, o.Key); err != nil || stored.ExpiresAt == nil || o.ExpiresAt == nil ||
+			!stored.ExpiresAt.Equal(o.ExpiresAt.Time) {
+			t.Errorf("%s (limit %d): order %s answered expiring at %v, stored as %+v, %v; want the same deadline", w.name, w.limit, o.Key, o.ExpiresAt, stored, err)
+			continue
+		}
+		if left := o.ExpiresAt.Sub(committed); left < deadlineWindow*time.Second-deadlineTolerance {
+			t.Errorf("%s (limit %d): order %s expires at %v, committed by %v: %v of its %d s window left; want at least %v",
+				w.name, w.limit, o.Key, o.ExpiresAt, committed, left, deadlineWindow, deadlineWindow*time.Second-deadlineTolerance)
+		}
+	}
 }
