@@ -243,7 +243,7 @@ func TestTokenCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"stock", "token", "--buyer", "u-7", "--ttl", "10m"}, env(nil), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	v, err := app.TokenVerifier(app.Config{JWTSecret: testJWTSecret})
+	v, err := app.TokenVerifier(app.Auth{JWTSecret: testJWTSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestPublicKeyFile(t *testing.T) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	v, err := app.TokenVerifier(app.Config{JWTPublicKeyFile: path})
+	v, err := app.TokenVerifier(app.Auth{JWTPublicKeyFile: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestPublicKeyFile(t *testing.T) {
 	if sub, err := v.Verify(tok); err != nil || sub != "idp-user" {
 		t.Fatalf("EdDSA token = %q, %v", sub, err)
 	}
-	if _, err := app.TokenVerifier(app.Config{JWTPublicKeyFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_PUBLIC_KEY_FILE") {
+	if _, err := app.TokenVerifier(app.Auth{JWTPublicKeyFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil || !strings.Contains(err.Error(), "STOCK_JWT_PUBLIC_KEY_FILE") {
 		t.Fatalf("missing key file = %v; want an error naming STOCK_JWT_PUBLIC_KEY_FILE", err)
 	}
 }

@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	log := app.NewLogger(cfg, stderr)
+	log := app.NewLogger(cfg.Telemetry, stderr)
 	// go-redis logs through a package-level logger (its only hook): route its
 	// lines into this process's structured log.
 	redisLog.Store(log)
@@ -113,13 +113,13 @@ func token(cfg app.Config, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil || *buyer == "" || *ttl <= 0 || fs.NArg() > 0 {
 		return fmt.Errorf("token: want --buyer ID [--ttl 1h]\n%s", usage)
 	}
-	if cfg.JWTSecret == "" {
+	if cfg.Auth.JWTSecret == "" {
 		return errors.New("token: STOCK_JWT_SECRET is not set")
 	}
-	if cfg.JWTMaxLifetime > 0 && *ttl > cfg.JWTMaxLifetime {
-		return fmt.Errorf("token: --ttl %v is longer than STOCK_JWT_MAX_LIFETIME (%v): serve would refuse the token", *ttl, cfg.JWTMaxLifetime)
+	if cfg.Auth.JWTMaxLifetime > 0 && *ttl > cfg.Auth.JWTMaxLifetime {
+		return fmt.Errorf("token: --ttl %v is longer than STOCK_JWT_MAX_LIFETIME (%v): serve would refuse the token", *ttl, cfg.Auth.JWTMaxLifetime)
 	}
-	tok, err := auth.Mint([]byte(cfg.JWTSecret), *buyer, *ttl, cfg.JWTIssuer, cfg.JWTAudience)
+	tok, err := auth.Mint([]byte(cfg.Auth.JWTSecret), *buyer, *ttl, cfg.Auth.JWTIssuer, cfg.Auth.JWTAudience)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func token(cfg app.Config, args []string, stdout io.Writer) error {
 }
 
 func migrate(ctx context.Context, cfg app.Config, stdout io.Writer) error {
-	v, err := app.Migrate(ctx, cfg)
+	v, err := app.Migrate(ctx, cfg.MySQL)
 	if err != nil {
 		return err
 	}
@@ -151,28 +151,28 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 
 	srv := &http.Server{
 		Handler:           a.Handler,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
+		ReadTimeout:       cfg.HTTP.ReadTimeout,
+		WriteTimeout:      cfg.HTTP.WriteTimeout,
+		IdleTimeout:       cfg.HTTP.IdleTimeout,
 		// net/http allows MaxHeaderBytes plus 4 KiB of slack: request
 		// headers are limited to 16 KiB in all (431, text/plain, past it).
 		MaxHeaderBytes: maxHeaderBytes - 4<<10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
+	ln, err := lc.Listen(ctx, "tcp", cfg.HTTP.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on STOCK_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		return fmt.Errorf("listen on STOCK_HTTP_ADDR %s: %w", cfg.HTTP.Addr, err)
 	}
-	ln = limitConns(srv, limitPerIP(ln, cfg.MaxConnsPerIP, log), cfg.MaxConns)
-	_, _ = fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Strategy) // the log says it too
-	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Strategy, "lock_backend", cfg.LockBackend)
+	ln = limitConns(srv, limitPerIP(ln, cfg.Limits.MaxConnsPerIP, log), cfg.Limits.MaxConns)
+	_, _ = fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Orders.Strategy) // the log says it too
+	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Orders.Strategy, "lock_backend", cfg.Lock.Backend)
 
-	if cfg.MetricsAddr != "" {
+	if cfg.Telemetry.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
-		addr, closeMetrics, err := servePrivate(ctx, "STOCK_METRICS_ADDR", cfg.MetricsAddr, mux)
+		addr, closeMetrics, err := servePrivate(ctx, "STOCK_METRICS_ADDR", cfg.Telemetry.MetricsAddr, mux)
 		if err != nil {
 			return err
 		}
@@ -180,20 +180,20 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 		_, _ = fmt.Fprintf(stdout, "stock: metrics on http://%s/metrics\n", addr) // the log says it too
 		log.Info("metrics listener", "addr", addr)
 	}
-	if cfg.PprofAddr != "" {
+	if cfg.Telemetry.PprofAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		addr, closePprof, err := servePrivate(ctx, "STOCK_PPROF_ADDR", cfg.PprofAddr, mux)
+		addr, closePprof, err := servePrivate(ctx, "STOCK_PPROF_ADDR", cfg.Telemetry.PprofAddr, mux)
 		if err != nil {
 			return err
 		}
 		defer closePprof()
 		log.Warn("pprof enabled", "addr", addr)
 	}
-	return serveUntilDone(ctx, srv, ln, cfg.ShutdownAfter, log)
+	return serveUntilDone(ctx, srv, ln, cfg.HTTP.ShutdownTimeout, log)
 }
 
 // servePrivate serves h on a listener of its own (metrics, pprof: keep the

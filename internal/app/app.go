@@ -22,12 +22,10 @@ import (
 
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/handler"
-	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/metrics"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
-	"github.com/seckill/stock/internal/skulock/etcdlock"
 	"github.com/seckill/stock/internal/stockcounter"
 	"github.com/seckill/stock/internal/stockevents"
 )
@@ -64,9 +62,9 @@ func WithCriticalSection(f func()) Option { return func(o *options) { o.critical
 // (tests that record spans). The caller shuts tp down.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
-// New builds a server from cfg. It refuses weak or published secrets
-// (Config.CheckSecrets) and checks that the database is migrated; the
-// stock-change listener runs until Close.
+// New builds a server from cfg, handing each component its group. It
+// refuses weak or published secrets (Auth.CheckSecrets) and checks that the
+// database is migrated; the stock-change listener runs until Close.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *App, err error) {
 	var o options
 	for _, f := range opts {
@@ -81,24 +79,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 			a.Close()
 		}
 	}()
-	if err := cfg.CheckSecrets(); err != nil {
+	if err := cfg.Auth.CheckSecrets(); err != nil {
 		return nil, err
 	}
-	tokens, err := TokenVerifier(cfg)
+	tokens, err := TokenVerifier(cfg.Auth)
 	if err != nil {
 		return nil, err
 	}
-	tp, err := a.tracerProvider(ctx, cfg, o, log)
+	tp, err := a.tracerProvider(ctx, cfg.Telemetry, o, log)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.openStore(ctx, cfg); err != nil {
+	if err := a.openStore(ctx, cfg.MySQL, cfg.Orders, cfg.Faults); err != nil {
 		return nil, err
 	}
 	a.Registry = prometheus.NewRegistry()
 	a.Metrics = metrics.New(a.Registry)
-	a.Metrics.Strategy(string(cfg.Strategy)) // its conflict series at 0 from the start
-	a.openRedis(cfg)
+	a.Metrics.Strategy(string(cfg.Orders.Strategy)) // its conflict series at 0 from the start
+	a.openRedis(cfg.Redis)
 	locker := o.locker
 	if locker == nil {
 		if locker, err = a.skuLocker(ctx, cfg); err != nil {
@@ -112,13 +110,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	return a, nil
 }
 
-// tracerProvider is the test's provider, or the OTLP one when cfg.Tracing
+// tracerProvider is the test's provider, or the OTLP one when t.Tracing
 // (flushed at Close), or nil: tracing off.
-func (a *App) tracerProvider(ctx context.Context, cfg Config, o options, log *slog.Logger) (trace.TracerProvider, error) {
-	if o.tracer != nil || !cfg.Tracing {
+func (a *App) tracerProvider(ctx context.Context, t Telemetry, o options, log *slog.Logger) (trace.TracerProvider, error) {
+	if o.tracer != nil || !t.Tracing {
 		return o.tracer, nil
 	}
-	sdk, err := newTracerProvider(ctx, cfg)
+	sdk, err := newTracerProvider(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -135,74 +133,49 @@ func (a *App) tracerProvider(ctx context.Context, cfg Config, o options, log *sl
 }
 
 // openStore opens MySQL and checks the schema is migrated.
-func (a *App) openStore(ctx context.Context, cfg Config) error {
+func (a *App) openStore(ctx context.Context, db MySQL, orders Orders, faults Faults) error {
 	var err error
-	o := repo.Options{MaxOpenConns: cfg.MySQLConns, MaxQuantity: int64(cfg.MaxQuantity)}
-	if d := cfg.SweepDelay; d > 0 {
+	o := repo.Options{MaxOpenConns: db.PoolSize, MaxQuantity: int64(orders.MaxQuantity)}
+	if d := faults.SweepDelay; d > 0 {
 		o.SweepHook = func() { time.Sleep(d) }
 	}
-	if a.Store, err = repo.Open(ctx, cfg.MySQLDSN, o); err != nil {
-		return mysqlStartErr(cfg.MySQLDSN, err)
+	if a.Store, err = repo.Open(ctx, db.DSN, o); err != nil {
+		return mysqlStartErr(db.DSN, err)
 	}
 	a.closers = append(a.closers, func() { _ = a.Store.Close() })
 	return a.Store.CheckSchema(ctx)
 }
 
 // openRedis makes the Redis client (it dials on first use).
-func (a *App) openRedis(cfg Config) {
-	a.Redis = redis.NewUniversalClient(redisOptions(cfg))
+func (a *App) openRedis(r Redis) {
+	a.Redis = redis.NewUniversalClient(r.Options())
 	a.closers = append(a.closers, func() { _ = a.Redis.Close() })
-}
-
-// redisOptions are the Redis client's options of cfg.
-func redisOptions(cfg Config) *redis.UniversalOptions {
-	return &redis.UniversalOptions{
-		Addrs:        cfg.RedisAddrs,
-		MasterName:   cfg.RedisMaster,
-		Password:     cfg.RedisPassword,
-		DB:           cfg.RedisDB,
-		DialTimeout:  cfg.RedisTimeout,
-		ReadTimeout:  cfg.RedisTimeout,
-		WriteTimeout: cfg.RedisTimeout,
-		// Fail fast when Redis is down, so orders move to the DB-only path
-		// instead of queueing behind dial retries (go-redis's default is 5
-		// dials 100ms apart, plus 3 command retries).
-		DialerRetries: 1,
-		MaxRetries:    1,
-		PoolSize:      64,
-	}
 }
 
 // stockCounter is the Redis stock counter of the counter strategies, on a
 // client of its own that never retries a command: a take or give-back whose
 // reply was lost must come back as an error (settled by the reconcile), not
 // run a second time.
-func (a *App) stockCounter(cfg Config) *stockcounter.Counter {
-	opts := redisOptions(cfg)
+func (a *App) stockCounter(r Redis) *stockcounter.Counter {
+	opts := r.Options()
 	opts.MaxRetries = -1
 	rdb := redis.NewUniversalClient(opts)
 	a.closers = append(a.closers, func() { _ = rdb.Close() })
-	return stockcounter.New(rdb, cfg.RedisPrefix)
+	return stockcounter.New(rdb, r.Prefix)
 }
 
-// skuLocker is the SKU lock of cfg.LockBackend (the Redis lock by
-// default), its renewals and losses counted.
+// skuLocker is the SKU lock of the Lock group (the Redis lock by default)
+// on the server's Redis and MySQL, its renewals and losses counted.
 func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error) {
 	m := a.Metrics
-	lockOpts := []lock.Option{lock.WithWatchdogTimeout(cfg.LockWatchdog), lock.WithPrefix(cfg.RedisPrefix), lock.WithHooks(lock.Hooks{
-		Renewed: m.Renewed,
-		Lost:    func(string) { m.Lock("lost", 0) },
-	})}
-	if cfg.LockClassicPubSub() {
-		lockOpts = append(lockOpts, lock.WithClassicPubSub())
-	}
-	locks := lock.New(a.Redis, lockOpts...)
-	a.closers = append(a.closers, func() { _ = locks.Close() })
-	l, closeLocks, err := skulock.Open(ctx, skulock.Config{Backend: cfg.LockBackend, Locks: locks, Redis: a.Redis,
-		Prefix: cfg.RedisPrefix, MySQLDSN: cfg.MySQLDSN, RedlockAddrs: cfg.RedlockAddrs, RedisPassword: cfg.RedisPassword,
-		NodeTimeout: cfg.RedlockNodeTimeout, Lease: cfg.LockWatchdog, Lost: func() { m.Lock("lost", 0) },
-		Etcd: etcdlock.ClientConfig{Endpoints: cfg.EtcdEndpoints, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
-			CA: cfg.EtcdCA, Cert: cfg.EtcdCert, Key: cfg.EtcdKey, DialTimeout: cfg.EtcdDialTimeout}})
+	l, closeLocks, err := skulock.Open(ctx, cfg.Lock, skulock.Stores{
+		Redis:         a.Redis,
+		Prefix:        cfg.Redis.Prefix,
+		MySQLDSN:      cfg.MySQL.DSN,
+		RedisPassword: cfg.Redis.Password,
+		Renewed:       m.Renewed,
+		Lost:          func() { m.Lock("lost", 0) },
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -210,106 +183,90 @@ func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error)
 	return l, nil
 }
 
-// newService makes the service and starts the listener of other instances'
-// stock changes.
+// newService makes the service of the Orders group and starts its
+// background work: the listener of other instances' stock changes, the
+// expiry sweep and the counter reconcile.
 func (a *App) newService(ctx context.Context, cfg Config, o options, locker service.Locker, tp trace.TracerProvider, log *slog.Logger) {
-	if !cfg.Strategy.Info().Safe {
-		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
+	orders := cfg.Orders
+	if !orders.Strategy.Info().Safe {
+		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", orders.Strategy)
 	}
-	events := stockevents.New(a.Redis, cfg.RedisPrefix)
-	svcCfg := service.Config{
-		Strategy:            cfg.Strategy,
-		LockWait:            cfg.LockWait,
-		LockLease:           cfg.LockLease,
-		RejectOnRedisDown:   cfg.RejectOnRedis(),
-		MaxQuantity:         cfg.MaxQuantity,
-		BatchMax:            cfg.BatchMax,
-		QueueMax:            cfg.QueueMax,
-		SoldOutTTL:          cfg.SoldOutTTL,
-		Events:              events,
-		CriticalSectionHook: o.critical,
-	}
+	events := stockevents.New(a.Redis, cfg.Redis.Prefix)
+	svcCfg := orders.Service()
+	svcCfg.Events = events
+	svcCfg.CriticalSectionHook = o.critical
 	if tp != nil {
 		svcCfg.Tracer = tp.Tracer(service.TracerName)
 	}
-	if cfg.SoldOutTTL == 0 {
-		svcCfg.SoldOutTTL = -1
-	}
-	if d := cfg.CriticalDelay; d > 0 && o.critical == nil {
+	if d := cfg.Faults.CriticalDelay; d > 0 && o.critical == nil {
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
-	if cfg.Strategy.Info().Counted {
-		svcCfg.Counter = a.stockCounter(cfg)
+	if orders.Strategy.Info().Counted {
+		svcCfg.Counter = a.stockCounter(cfg.Redis)
 	}
 	a.Service = service.New(svcCfg, a.Store, locker, log, a.Metrics)
 	// Restocks made through other instances end this one's sold-out answers.
-	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
-	listened := make(chan struct{})
-	go func() { defer close(listened); events.Listen(lctx, a.Service.StockChanged) }()
-	a.closers = append(a.closers, func() { stopListening(); <-listened })
+	a.background(ctx, func(ctx context.Context) { events.Listen(ctx, a.Service.StockChanged) })
 	// Reservations past their deadline expire here as at every instance.
-	sctx, stopSweeping := context.WithCancel(context.WithoutCancel(ctx))
-	swept := make(chan struct{})
-	go func() { defer close(swept); a.Service.RunSweeper(sctx, cfg.ExpiryInterval) }()
-	a.closers = append(a.closers, func() { stopSweeping(); <-swept })
+	a.background(ctx, func(ctx context.Context) { a.Service.RunSweeper(ctx, orders.ExpiryInterval) })
 	// The counter strategies' drift is repaired from MySQL's rows here too.
-	rctx, stopReconciling := context.WithCancel(context.WithoutCancel(ctx))
-	reconciled := make(chan struct{})
-	go func() { defer close(reconciled); a.Service.RunCounterReconcile(rctx, cfg.CounterReconcile) }()
-	a.closers = append(a.closers, func() { stopReconciling(); <-reconciled })
+	a.background(ctx, func(ctx context.Context) { a.Service.RunCounterReconcile(ctx, orders.CounterReconcile) })
+}
+
+// background runs f in a goroutine until Close, which cancels f's context
+// (not cancelled with ctx) and waits for it to return.
+func (a *App) background(ctx context.Context, f func(context.Context)) {
+	bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); f(bctx) }()
+	a.closers = append(a.closers, func() { stop(); <-done })
 }
 
 // handlerConfig is the HTTP edge's configuration: probes, tokens, caps,
 // rate limits and the count of failed token checks.
 func (a *App) handlerConfig(cfg Config, tokens *auth.Verifier, tp trace.TracerProvider, log *slog.Logger) handler.Config {
-	rdb, m := a.Redis, a.Metrics
+	rdb, info := a.Redis, cfg.Orders.Strategy.Info()
 	hcfg := handler.Config{
-		AdminToken:   cfg.AdminToken,
-		PaymentToken: cfg.PaymentToken,
-		CORSOrigins:  cfg.CORSOrigins,
-		MaxBody:      cfg.MaxBody,
-		BodyTimeout:  bodyTimeout(cfg),
+		AdminToken:   cfg.Auth.AdminToken,
+		PaymentToken: cfg.Auth.PaymentToken,
+		CORSOrigins:  cfg.HTTP.CORSOrigins,
+		MaxBody:      cfg.HTTP.MaxBody,
+		BodyTimeout:  cfg.HTTP.HandlerBodyTimeout(),
 		Checks: []handler.Check{
 			{Name: "mysql", Required: true, Fn: a.Store.Ping},
-			{Name: "redis", Required: (cfg.Strategy.Info().UsesLock || cfg.Strategy.Info().Counted) && cfg.RejectOnRedis(), Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+			{Name: "redis", Required: (info.UsesLock || info.Counted) && cfg.Orders.RejectOnRedisDown(), Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
 		Tokens:         tokens,
-		MaxInflight:    int64(cfg.MaxInflight),
-		TrustedProxies: cfg.TrustedProxies,
-		ServeMetrics:   cfg.MetricsPublic,
+		MaxInflight:    int64(cfg.Limits.MaxInflight),
+		TrustedProxies: cfg.HTTP.TrustedProxies,
+		ServeMetrics:   cfg.Telemetry.MetricsPublic,
 		TracerProvider: tp,
 		Propagator:     propagator,
-		TraceTrust:     cfg.TraceTrustPrefixes(),
+		TraceTrust:     cfg.Telemetry.TraceTrustPrefixes(),
 	}
-	if cfg.RateIP > 0 {
-		hcfg.Limiter = newRedisLimiter(rdb, "ip", cfg.RedisPrefix, cfg.RateIP, cfg.RateIPBurst, cfg.RateFailOpen(), m)
-		log.Info("rate limit per client IP", "per_second", cfg.RateIP, "burst", cfg.RateIPBurst, "on_redis_down", map[bool]string{true: "open", false: "closed"}[cfg.RateFailOpen()])
-	}
-	if cfg.AuthFailures > 0 {
-		throttle := newAuthThrottle(rdb, cfg.RedisPrefix, cfg.AuthFailures, time.Minute, cfg.RateFailOpen(), m)
-		hcfg.AuthThrottle = throttle
-		lctx, stopListening := context.WithCancel(context.Background())
-		listened := make(chan struct{})
-		go func() { defer close(listened); throttle.Listen(lctx) }()
-		a.closers = append(a.closers, func() { stopListening(); <-listened })
-		log.Info("failed token checks counted per client IP", "per_minute", cfg.AuthFailures)
-	}
-	if cfg.RateBuyer > 0 {
-		hcfg.BuyerLimiter = newRedisLimiter(rdb, "buyer", cfg.RedisPrefix, cfg.RateBuyer, cfg.RateBuyerBurst, cfg.RateFailOpen(), m)
-		log.Info("rate limit per buyer", "per_second", cfg.RateBuyer, "burst", cfg.RateBuyerBurst)
-	}
+	a.limiters(&hcfg, cfg.Limits, cfg.Redis.Prefix, log)
 	return hcfg
 }
 
-// bodyTimeout is the handler's bound on a request body: none where
-// STOCK_HTTP_READ_TIMEOUT, counted from the request's first byte, already
-// cuts it off sooner.
-func bodyTimeout(cfg Config) time.Duration {
-	if cfg.ReadTimeout > 0 && cfg.ReadTimeout <= cfg.BodyTimeout {
-		return 0
+// limiters sets the rate limiters and the count of failed token checks of
+// the Limits group on hcfg, all kept in Redis under prefix.
+func (a *App) limiters(hcfg *handler.Config, l Limits, prefix string, log *slog.Logger) {
+	rdb, m := a.Redis, a.Metrics
+	if l.RateIP > 0 {
+		hcfg.Limiter = newRedisLimiter(rdb, "ip", prefix, l.RateIP, l.RateIPBurst, l.RateFailOpen(), m)
+		log.Info("rate limit per client IP", "per_second", l.RateIP, "burst", l.RateIPBurst, "on_redis_down", l.RateOnRedisDown)
 	}
-	return cfg.BodyTimeout
+	if l.AuthFailures > 0 {
+		throttle := newAuthThrottle(rdb, prefix, l.AuthFailures, time.Minute, l.RateFailOpen(), m)
+		hcfg.AuthThrottle = throttle
+		a.background(context.Background(), throttle.Listen)
+		log.Info("failed token checks counted per client IP", "per_minute", l.AuthFailures)
+	}
+	if l.RateBuyer > 0 {
+		hcfg.BuyerLimiter = newRedisLimiter(rdb, "buyer", prefix, l.RateBuyer, l.RateBuyerBurst, l.RateFailOpen(), m)
+		log.Info("rate limit per buyer", "per_second", l.RateBuyer, "burst", l.RateBuyerBurst)
+	}
 }
 
 // Close stops the listener, closes the lock client, Redis and MySQL, and
@@ -322,22 +279,22 @@ func (a *App) Close() {
 	a.closers = nil
 }
 
-// Migrate creates the database of cfg.MySQLDSN if needed and applies the
+// Migrate creates the database of db.DSN if needed and applies the
 // migrations; it returns the schema version.
-func Migrate(ctx context.Context, cfg Config) (int64, error) {
-	if err := repo.EnsureDatabase(ctx, cfg.MySQLDSN); err != nil {
-		return 0, mysqlStartErr(cfg.MySQLDSN, err)
+func Migrate(ctx context.Context, db MySQL) (int64, error) {
+	if err := repo.EnsureDatabase(ctx, db.DSN); err != nil {
+		return 0, mysqlStartErr(db.DSN, err)
 	}
-	store, err := repo.Open(ctx, cfg.MySQLDSN, repo.Options{MaxOpenConns: 2})
+	store, err := repo.Open(ctx, db.DSN, repo.Options{MaxOpenConns: 2})
 	if err != nil {
-		return 0, mysqlStartErr(cfg.MySQLDSN, err)
+		return 0, mysqlStartErr(db.DSN, err)
 	}
 	defer func() { _ = store.Close() }()
 	return store.Migrate(ctx)
 }
 
-// TokenVerifier builds the buyers' token verifier from the settings.
-func TokenVerifier(cfg Config) (*auth.Verifier, error) {
+// TokenVerifier builds the buyers' token verifier of the Auth group.
+func TokenVerifier(cfg Auth) (*auth.Verifier, error) {
 	ac := auth.Config{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, CacheSize: cfg.JWTCacheSize, MaxLifetime: cfg.JWTMaxLifetime}
 	if cfg.JWTSecret != "" {
 		ac.Secret = []byte(cfg.JWTSecret)

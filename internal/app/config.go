@@ -1,117 +1,158 @@
 package app
 
 import (
-	"cmp"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/netip"
-	"net/url"
-	"reflect"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
 )
 
 // Config is every setting of a stock server, parsed once from the
-// environment by ParseEnv. Each field's env tag names its variable and
-// envDefault its default; range (integers, "lo,hi"), min (durations: 0 or
-// at least it) and oneof (words, lower case) bound its value. The comment
-// above a field is its line in docs/config.md, which TestConfigDoc keeps
-// equal to this struct.
+// environment by ParseEnv, in one group per component; New hands each
+// component its group. Each leaf field's env tag names its variable and
+// envDefault its default; range (integers, "lo,hi") and min (durations: 0
+// or at least it) bound its value, and an enumerated one takes only the
+// values Choices lists. The comment above a field is its line in
+// docs/config.md, and the comment above a group its table's introduction;
+// TestConfigDoc keeps the two equal.
 type Config struct {
+	// The public listener, its timeouts and what a request may carry.
+	HTTP HTTP
+	// The stock database.
+	MySQL MySQL
+	// The Redis of the locks, the stock counters, the rate limits and the
+	// stock-change messages.
+	Redis Redis
+	// The SKU lock (internal/skulock): its gate, its lease, and each gate's
+	// own settings; `setnx` runs on the Redis above and `dbtable` on the
+	// stock database, so neither has settings of its own. How long an order
+	// waits for the lock and a fixed lease are the order path's
+	// (`STOCK_LOCK_WAIT`, `STOCK_LOCK_LEASE` under Orders).
+	Lock skulock.Config
+	// How orders are placed and guarded (internal/service).
+	Orders Orders
+	// The tokens of buyers, admins and the payment service.
+	Auth Auth
+	// Caps and rate limits of the HTTP edge.
+	Limits Limits
+	// Logs, metrics, profiling and traces.
+	Telemetry Telemetry
+	// Fault runs only: never set these in production.
+	Faults Faults
+}
+
+// HTTP is the public listener's group (cmd/stock's http.Server and the
+// handler's edge).
+type HTTP struct {
 	// Listen address (`127.0.0.1:0` picks a port; the address is printed).
-	HTTPAddr string `env:"STOCK_HTTP_ADDR" envDefault:":8080"`
+	Addr string `env:"STOCK_HTTP_ADDR" envDefault:":8080"`
+	// Bound on finishing in-flight requests at SIGTERM.
+	ShutdownTimeout time.Duration `env:"STOCK_SHUTDOWN_TIMEOUT" envDefault:"15s" min:"1s"`
+	// Slow clients are cut off: the request's headers within this.
+	ReadHeaderTimeout time.Duration `env:"STOCK_HTTP_READ_HEADER_TIMEOUT" envDefault:"5s" min:"1ms"`
+	// The whole request within this.
+	ReadTimeout time.Duration `env:"STOCK_HTTP_READ_TIMEOUT" envDefault:"10s" min:"1ms"`
+	// A request body not complete within this of its headers is cut off:
+	// `408 request-timeout`, the connection closed (bodies are small, so a
+	// slow one is a client holding a connection); the shorter of this and
+	// `STOCK_HTTP_READ_TIMEOUT` applies; `0` = only that one.
+	BodyTimeout time.Duration `env:"STOCK_HTTP_BODY_TIMEOUT" envDefault:"2s" min:"1ms"`
+	// The answer within this.
+	WriteTimeout time.Duration `env:"STOCK_HTTP_WRITE_TIMEOUT" envDefault:"15s" min:"1ms"`
+	// An idle keep-alive connection is closed after this.
+	IdleTimeout time.Duration `env:"STOCK_HTTP_IDLE_TIMEOUT" envDefault:"60s" min:"1ms"`
+	// Request body limit, bytes.
+	MaxBody int64 `env:"STOCK_MAX_BODY" envDefault:"4096" range:"64,1048576"`
+	// Origins (`https://shop.example`, comma list) whose pages may call the
+	// order, order-read and stock routes from a browser (CORS); empty = no
+	// CORS headers at all. The admin routes and confirm are never open.
+	CORSOrigins []string `env:"STOCK_CORS_ORIGINS"`
+	// IPs or CIDRs of the proxies whose `X-Forwarded-For` is believed; empty
+	// = the client IP is the TCP peer.
+	TrustedProxies []string `env:"STOCK_TRUSTED_PROXIES"`
+}
+
+// HandlerBodyTimeout is the handler's bound on a request body: none where
+// STOCK_HTTP_READ_TIMEOUT, counted from the request's first byte, already
+// cuts it off sooner.
+func (h HTTP) HandlerBodyTimeout() time.Duration {
+	if h.ReadTimeout > 0 && h.ReadTimeout <= h.BodyTimeout {
+		return 0
+	}
+	return h.BodyTimeout
+}
+
+// MySQL is the stock database's group.
+type MySQL struct {
 	// go-sql-driver DSN; `stock migrate` creates the database if missing.
-	MySQLDSN string `env:"STOCK_MYSQL_DSN" envDefault:"root@tcp(127.0.0.1:3306)/stock?parseTime=true"`
+	DSN string `env:"STOCK_MYSQL_DSN" envDefault:"root@tcp(127.0.0.1:3306)/stock?parseTime=true"`
 	// Size of each of the instance's two MySQL pools (the main one, and the
 	// batch's multi-statement one where the server numbers a statement's
 	// rows consecutively); a hot row gains nothing from more.
-	MySQLConns int `env:"STOCK_MYSQL_MAX_CONNS" envDefault:"20" range:"1,1000"`
+	PoolSize int `env:"STOCK_MYSQL_MAX_CONNS" envDefault:"20" range:"1,1000"`
+}
+
+// Redis is the Redis client's group.
+type Redis struct {
 	// Comma list; several addresses = Redis Cluster.
-	RedisAddrs []string `env:"STOCK_REDIS_ADDRS" envDefault:"127.0.0.1:6379"`
+	Addrs []string `env:"STOCK_REDIS_ADDRS" envDefault:"127.0.0.1:6379"`
 	// Set = Sentinel, with this master name (`STOCK_REDIS_ADDRS` = sentinels).
-	RedisMaster string `env:"STOCK_REDIS_MASTER"`
+	Master string `env:"STOCK_REDIS_MASTER"`
 	// Redis password (also of every Redlock master).
-	RedisPassword string `env:"STOCK_REDIS_PASSWORD"`
+	Password string `env:"STOCK_REDIS_PASSWORD"`
 	// Redis database number.
-	RedisDB int `env:"STOCK_REDIS_DB" envDefault:"0" range:"0,1048576"`
+	DB int `env:"STOCK_REDIS_DB" envDefault:"0" range:"0,1048576"`
 	// Each Redis dial, read and write; short, so orders move to the DB-only
 	// path fast when Redis is down.
-	RedisTimeout time.Duration `env:"STOCK_REDIS_TIMEOUT" envDefault:"500ms" min:"1ms" nonzero:"true"`
+	Timeout time.Duration `env:"STOCK_REDIS_TIMEOUT" envDefault:"500ms" min:"1ms" nonzero:"true"`
 	// Put in front of every lock key, so deployments sharing one Redis keep
 	// their locks and fencing counters apart; empty keeps Redisson's names.
-	RedisPrefix string `env:"STOCK_REDIS_PREFIX"`
-	// Empty = admin API off (403).
-	AdminToken string `env:"STOCK_ADMIN_TOKEN"`
-	// The payment service's bearer token for `POST /v1/admin/orders/{id}/confirm`
-	// (the admin token works there too); with neither set, confirm is 403.
-	PaymentToken string `env:"STOCK_PAYMENT_TOKEN"`
-	// How often each instance expires reserved orders past their payment
-	// deadline and returns their units.
-	ExpiryInterval time.Duration `env:"STOCK_EXPIRY_INTERVAL" envDefault:"1s" min:"10ms" nonzero:"true"`
+	Prefix string `env:"STOCK_REDIS_PREFIX"`
+}
+
+// Options are the Redis client's options of r.
+func (r Redis) Options() *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:        r.Addrs,
+		MasterName:   r.Master,
+		Password:     r.Password,
+		DB:           r.DB,
+		DialTimeout:  r.Timeout,
+		ReadTimeout:  r.Timeout,
+		WriteTimeout: r.Timeout,
+		// Fail fast when Redis is down, so orders move to the DB-only path
+		// instead of queueing behind dial retries (go-redis's default is 5
+		// dials 100ms apart, plus 3 command retries).
+		DialerRetries: 1,
+		MaxRetries:    1,
+		PoolSize:      64,
+	}
+}
+
+// What orders do while Redis is down (STOCK_ON_REDIS_DOWN).
+const (
+	OnRedisDownDBOnly = "db-only"
+	OnRedisDownReject = "reject"
+)
+
+// Orders is the order path's group: the service's settings.
+type Orders struct {
 	// How orders are guarded: see the README's strategies.
 	Strategy service.Strategy `env:"STOCK_STRATEGY" envDefault:"lock+version"`
 	// `1` to run `none`, `lock` or `counter` (they can oversell).
 	AllowUnsafe bool `env:"STOCK_ALLOW_UNSAFE" envDefault:"0"`
-	// How often the counter strategies compare each SKU's Redis counter with
-	// MySQL's row (a counter that disagrees two rounds running is repaired).
-	CounterReconcile time.Duration `env:"STOCK_COUNTER_RECONCILE" envDefault:"5s" min:"10ms" nonzero:"true"`
 	// Longest wait for the SKU lock before 429.
 	LockWait time.Duration `env:"STOCK_LOCK_WAIT" envDefault:"2s"`
 	// `0` = the watchdog's lease; a duration = a fixed lease, never renewed.
 	LockLease time.Duration `env:"STOCK_LOCK_LEASE" envDefault:"0"`
-	// Watchdog lease, renewed every third of it. The gates without a
-	// watchdog (`setnx`, `dbtable`, `redlock`) hold for `STOCK_LOCK_LEASE`,
-	// or for this when it is `0`, never renewed.
-	LockWatchdog time.Duration `env:"STOCK_LOCK_WATCHDOG" envDefault:"30s" min:"30ms" nonzero:"true"`
-	// The SKU lock's gate: `redisson` (the Redis lock), `setnx`, `dbtable` or
-	// `redlock`; see "Which gate when" in docs/reference.md.
-	LockBackend string `env:"STOCK_LOCK_BACKEND" envDefault:"redisson"`
-	// `redlock`: the independent Redis masters, a comma list of an odd
-	// number, at least 3.
-	RedlockAddrs []string `env:"STOCK_REDLOCK_ADDRS"`
-	// `redlock`: bound of each master's call, and never more than a tenth of
-	// the lease.
-	RedlockNodeTimeout time.Duration `env:"STOCK_REDLOCK_NODE_TIMEOUT" envDefault:"100ms" min:"1ms" nonzero:"true"`
-	// `etcd`: the cluster's members, a comma list of `host:port` or
-	// `http(s)://host:port`.
-	EtcdEndpoints []string `env:"STOCK_ETCD_ENDPOINTS"`
-	// `etcd`: the user, when the cluster has authentication on (then the
-	// connect authenticates at start-up).
-	EtcdUsername string `env:"STOCK_ETCD_USERNAME"`
-	// `etcd`: that user's password.
-	EtcdPassword string `env:"STOCK_ETCD_PASSWORD"`
-	// `etcd`: PEM file of the CA that signed the members' certificates;
-	// any of the three TLS files set turns TLS on (or `https://` endpoints).
-	EtcdCA string `env:"STOCK_ETCD_CA"`
-	// `etcd`: PEM file of this client's certificate (mutual TLS), with
-	// `STOCK_ETCD_KEY`.
-	EtcdCert string `env:"STOCK_ETCD_CERT"`
-	// `etcd`: PEM file of this client's private key.
-	EtcdKey string `env:"STOCK_ETCD_KEY"`
-	// `etcd`: bound of the connect, of each lease grant and of each release;
-	// past it the cluster counts as down (`STOCK_ON_REDIS_DOWN` applies).
-	EtcdDialTimeout time.Duration `env:"STOCK_ETCD_DIAL_TIMEOUT" envDefault:"2s" min:"1ms" nonzero:"true"`
-	// On a Redis Cluster, how unlock messages go: `auto` adds
-	// SPUBLISH/SSUBSCRIBE where the cluster has sharded pub/sub (Redis 7+),
-	// as Redisson's default; `classic` keeps to PUBLISH/SUBSCRIBE, for Java
-	// services on the same locks with Redisson's `shardedSubscriptionMode=OFF`.
-	LockPubSub string `env:"STOCK_LOCK_PUBSUB" envDefault:"auto" oneof:"auto,classic"`
 	// `db-only`: orders go on through the conditional UPDATE while Redis is
 	// down; `reject`: 503.
-	OnRedisDown string `env:"STOCK_ON_REDIS_DOWN" envDefault:"db-only" oneof:"db-only,reject"`
-	// `debug`, `info`, `warn` or `error`.
-	LogLevel string `env:"STOCK_LOG_LEVEL" envDefault:"info" oneof:"info,debug,warn,error"`
-	// `json` or `text`.
-	LogFormat string `env:"STOCK_LOG_FORMAT" envDefault:"json" oneof:"json,text"`
+	OnRedisDown string `env:"STOCK_ON_REDIS_DOWN" envDefault:"db-only"`
 	// Largest quantity of one order.
 	MaxQuantity int `env:"STOCK_MAX_QUANTITY" envDefault:"100" range:"1,1000000"`
 	// `lock+version`: most orders of one SKU placed under one lock
@@ -127,29 +168,72 @@ type Config struct {
 	// its orders skip the queue and the lock, each answered from one read of
 	// the stock row and its key; `0` = off.
 	SoldOutTTL time.Duration `env:"STOCK_SOLDOUT_TTL" envDefault:"1s" min:"1ms"`
-	// Request body limit, bytes.
-	MaxBody int64 `env:"STOCK_MAX_BODY" envDefault:"4096" range:"64,1048576"`
-	// Bound on finishing in-flight requests at SIGTERM.
-	ShutdownAfter time.Duration `env:"STOCK_SHUTDOWN_TIMEOUT" envDefault:"15s" min:"1s"`
-	// Slow clients are cut off: the request's headers within this.
-	ReadHeaderTimeout time.Duration `env:"STOCK_HTTP_READ_HEADER_TIMEOUT" envDefault:"5s" min:"1ms"`
-	// The whole request within this.
-	ReadTimeout time.Duration `env:"STOCK_HTTP_READ_TIMEOUT" envDefault:"10s" min:"1ms"`
-	// A request body not complete within this of its headers is cut off:
-	// `408 request-timeout`, the connection closed (bodies are small, so a
-	// slow one is a client holding a connection); the shorter of this and
-	// `STOCK_HTTP_READ_TIMEOUT` applies; `0` = only that one.
-	BodyTimeout time.Duration `env:"STOCK_HTTP_BODY_TIMEOUT" envDefault:"2s" min:"1ms"`
-	// The answer within this.
-	WriteTimeout time.Duration `env:"STOCK_HTTP_WRITE_TIMEOUT" envDefault:"15s" min:"1ms"`
-	// An idle keep-alive connection is closed after this.
-	IdleTimeout time.Duration `env:"STOCK_HTTP_IDLE_TIMEOUT" envDefault:"60s" min:"1ms"`
-	// Serve `net/http/pprof` on this (private) address.
-	PprofAddr string `env:"STOCK_PPROF_ADDR"`
-	// Serve `/metrics` on this (private) address; empty = not served.
-	MetricsAddr string `env:"STOCK_METRICS_ADDR"`
-	// `1` also serves `/metrics` on the public listener.
-	MetricsPublic bool `env:"STOCK_METRICS_PUBLIC" envDefault:"0"`
+	// How often each instance expires reserved orders past their payment
+	// deadline and returns their units.
+	ExpiryInterval time.Duration `env:"STOCK_EXPIRY_INTERVAL" envDefault:"1s" min:"10ms" nonzero:"true"`
+	// How often the counter strategies compare each SKU's Redis counter with
+	// MySQL's row (a counter that disagrees two rounds running is repaired).
+	CounterReconcile time.Duration `env:"STOCK_COUNTER_RECONCILE" envDefault:"5s" min:"10ms" nonzero:"true"`
+}
+
+// RejectOnRedisDown reports whether orders are refused while Redis is down.
+func (o Orders) RejectOnRedisDown() bool { return o.OnRedisDown == OnRedisDownReject }
+
+// Service is the service's configuration of o (the wiring adds the
+// service's collaborators): the one place the environment's conventions
+// become the service's (STOCK_SOLDOUT_TTL=0 is off, the service's 0 its
+// default).
+func (o Orders) Service() service.Config {
+	c := service.Config{
+		Strategy:          o.Strategy,
+		LockWait:          o.LockWait,
+		LockLease:         o.LockLease,
+		RejectOnRedisDown: o.RejectOnRedisDown(),
+		MaxQuantity:       o.MaxQuantity,
+		BatchMax:          o.BatchMax,
+		QueueMax:          o.QueueMax,
+		SoldOutTTL:        o.SoldOutTTL,
+	}
+	if o.SoldOutTTL == 0 {
+		c.SoldOutTTL = -1
+	}
+	return c
+}
+
+// Auth is the tokens' group.
+type Auth struct {
+	// Empty = admin API off (403).
+	AdminToken string `env:"STOCK_ADMIN_TOKEN"`
+	// The payment service's bearer token for `POST /v1/admin/orders/{id}/confirm`
+	// (the admin token works there too); with neither set, confirm is 403.
+	PaymentToken string `env:"STOCK_PAYMENT_TOKEN"`
+	// HS256 secret of the buyers' tokens, at least 32 bytes; `serve` needs
+	// it or `STOCK_JWT_PUBLIC_KEY_FILE`.
+	JWTSecret string `env:"STOCK_JWT_SECRET"`
+	// PEM public key (Ed25519 or RSA) of your identity provider: EdDSA or
+	// RS256 tokens.
+	JWTPublicKeyFile string `env:"STOCK_JWT_PUBLIC_KEY_FILE"`
+	// Required `iss` of the buyers' tokens, when set.
+	JWTIssuer string `env:"STOCK_JWT_ISSUER"`
+	// Required `aud` of the buyers' tokens, when set.
+	JWTAudience string `env:"STOCK_JWT_AUDIENCE"`
+	// Verified tokens each instance remembers until their `exp`, so a
+	// buyer's retries skip the signature check; `0` = off.
+	JWTCacheSize int `env:"STOCK_JWT_CACHE_SIZE" envDefault:"50000" range:"0,1000000"`
+	// Longest validity of a buyer's token: one whose `exp - iat` (`exp -
+	// now` without `iat`) is longer is refused (401), so a leaked token
+	// cannot be good for ever; `0` = no bound.
+	JWTMaxLifetime time.Duration `env:"STOCK_JWT_MAX_LIFETIME" envDefault:"24h" min:"1s"`
+}
+
+// What the limiters do while they cannot ask Redis (STOCK_RATE_ON_REDIS_DOWN).
+const (
+	RateOnRedisDownOpen   = "open"
+	RateOnRedisDownClosed = "closed"
+)
+
+// Limits is the HTTP edge's caps and rate limits.
+type Limits struct {
 	// Requests served at once per instance (probes not counted); past it
 	// `503 overloaded` with `Retry-After`, at once; `0` = no cap.
 	MaxInflight int `env:"STOCK_MAX_INFLIGHT" envDefault:"5000" range:"0,1000000"`
@@ -183,44 +267,42 @@ type Config struct {
 	AuthFailures int `env:"STOCK_AUTH_FAILURES_PER_MINUTE" envDefault:"20" range:"0,1000000"`
 	// `open`: requests pass while the limiters (and the failed-token
 	// count) cannot ask Redis; `closed`: they get 429.
-	RateOnRedisDown string `env:"STOCK_RATE_ON_REDIS_DOWN" envDefault:"open" oneof:"open,closed"`
-	// IPs or CIDRs of the proxies whose `X-Forwarded-For` is believed; empty
-	// = the client IP is the TCP peer.
-	TrustedProxies []string `env:"STOCK_TRUSTED_PROXIES"`
+	RateOnRedisDown string `env:"STOCK_RATE_ON_REDIS_DOWN" envDefault:"open"`
+}
+
+// RateFailOpen reports whether requests pass while the rate limiter cannot
+// ask Redis.
+func (l Limits) RateFailOpen() bool { return l.RateOnRedisDown == RateOnRedisDownOpen }
+
+// The log's formats (STOCK_LOG_FORMAT).
+const (
+	LogFormatJSON = "json"
+	LogFormatText = "text"
+)
+
+// logLevels are STOCK_LOG_LEVEL's values, the default first.
+var logLevels = map[string]slog.Level{"info": slog.LevelInfo, "debug": slog.LevelDebug, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// Telemetry is the group of logs, metrics, profiling and traces.
+type Telemetry struct {
+	// The log's level.
+	LogLevel string `env:"STOCK_LOG_LEVEL" envDefault:"info"`
+	// The log's format.
+	LogFormat string `env:"STOCK_LOG_FORMAT" envDefault:"json"`
+	// Serve `/metrics` on this (private) address; empty = not served.
+	MetricsAddr string `env:"STOCK_METRICS_ADDR"`
+	// `1` also serves `/metrics` on the public listener.
+	MetricsPublic bool `env:"STOCK_METRICS_PUBLIC" envDefault:"0"`
+	// Serve `net/http/pprof` on this (private) address.
+	PprofAddr string `env:"STOCK_PPROF_ADDR"`
+	// The traces' `service.name` (empty: `stock`, or the `service.name` of
+	// `OTEL_RESOURCE_ATTRIBUTES`).
+	ServiceName string `env:"OTEL_SERVICE_NAME"`
 	// With tracing on: IPs or CIDRs of the peers (the TCP peer, e.g. your
 	// load balancer or mesh sidecar) whose `traceparent` and `baggage` are
 	// continued; from any other peer a request starts a trace of its own.
 	// Empty = none.
 	TraceTrust []string `env:"STOCK_TRACE_TRUST"`
-	// Origins (`https://shop.example`, comma list) whose pages may call the
-	// order, order-read and stock routes from a browser (CORS); empty = no
-	// CORS headers at all. The admin routes and confirm are never open.
-	CORSOrigins []string `env:"STOCK_CORS_ORIGINS"`
-	// HS256 secret of the buyers' tokens, at least 32 bytes; `serve` needs
-	// it or `STOCK_JWT_PUBLIC_KEY_FILE`.
-	JWTSecret string `env:"STOCK_JWT_SECRET"`
-	// PEM public key (Ed25519 or RSA) of your identity provider: EdDSA or
-	// RS256 tokens.
-	JWTPublicKeyFile string `env:"STOCK_JWT_PUBLIC_KEY_FILE"`
-	// Required `iss` of the buyers' tokens, when set.
-	JWTIssuer string `env:"STOCK_JWT_ISSUER"`
-	// Required `aud` of the buyers' tokens, when set.
-	JWTAudience string `env:"STOCK_JWT_AUDIENCE"`
-	// Verified tokens each instance remembers until their `exp`, so a
-	// buyer's retries skip the signature check; `0` = off.
-	JWTCacheSize int `env:"STOCK_JWT_CACHE_SIZE" envDefault:"50000" range:"0,1000000"`
-	// Longest validity of a buyer's token: one whose `exp - iat` (`exp -
-	// now` without `iat`) is longer is refused (401), so a leaked token
-	// cannot be good for ever; `0` = no bound.
-	JWTMaxLifetime time.Duration `env:"STOCK_JWT_MAX_LIFETIME" envDefault:"24h" min:"1s"`
-	// Fault runs only: sleep inside the critical section before COMMIT.
-	CriticalDelay time.Duration `env:"STOCK_TEST_CRITICAL_DELAY" envDefault:"0"`
-	// Fault runs only: sleep inside each expiry sweep's transaction, with
-	// the orders it expires locked.
-	SweepDelay time.Duration `env:"STOCK_TEST_SWEEP_DELAY" envDefault:"0"`
-	// The traces' `service.name` (empty: `stock`, or the `service.name` of
-	// `OTEL_RESOURCE_ATTRIBUTES`).
-	ServiceName string `env:"OTEL_SERVICE_NAME"`
 
 	// Tracing exports traces over OTLP/HTTP: on when
 	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is
@@ -229,26 +311,31 @@ type Config struct {
 	Tracing bool
 }
 
-// RejectOnRedis reports whether orders are refused while Redis is down.
-func (c Config) RejectOnRedis() bool { return c.OnRedisDown == "reject" }
+// LogJSON reports whether the log is JSON lines.
+func (t Telemetry) LogJSON() bool { return t.LogFormat == LogFormatJSON }
 
-// RateFailOpen reports whether requests pass while the rate limiter cannot
-// ask Redis.
-func (c Config) RateFailOpen() bool { return c.RateOnRedisDown == "open" }
-
-// LockClassicPubSub reports whether unlock messages keep to
-// PUBLISH/SUBSCRIBE on a cluster.
-func (c Config) LockClassicPubSub() bool { return c.LockPubSub == "classic" }
+// Level is the log's level.
+func (t Telemetry) Level() slog.Level { return logLevels[t.LogLevel] }
 
 // TraceTrustPrefixes is TraceTrust parsed (ParseEnv checked every entry).
-func (c Config) TraceTrustPrefixes() []netip.Prefix {
+func (t Telemetry) TraceTrustPrefixes() []netip.Prefix {
 	var out []netip.Prefix
-	for _, x := range c.TraceTrust {
+	for _, x := range t.TraceTrust {
 		if p, err := parsePrefix(x); err == nil {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// Faults is the fault runs' group: pauses landed where a fault test wants
+// one.
+type Faults struct {
+	// Sleep inside the critical section before COMMIT.
+	CriticalDelay time.Duration `env:"STOCK_TEST_CRITICAL_DELAY" envDefault:"0"`
+	// Sleep inside each expiry sweep's transaction, with the orders it
+	// expires locked.
+	SweepDelay time.Duration `env:"STOCK_TEST_SWEEP_DELAY" envDefault:"0"`
 }
 
 // parsePrefix reads a CIDR, or an IP as the prefix of that one address.
@@ -263,206 +350,4 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	}
 	ip = ip.Unmap()
 	return netip.PrefixFrom(ip, ip.BitLen()), nil
-}
-
-// LogJSON reports whether the log is JSON lines.
-func (c Config) LogJSON() bool { return c.LogFormat == "json" }
-
-// Level is the log's level.
-func (c Config) Level() slog.Level {
-	return map[string]slog.Level{"debug": slog.LevelDebug, "warn": slog.LevelWarn, "error": slog.LevelError}[c.LogLevel]
-}
-
-// ParseEnv reads the configuration from the variables of getenv (an empty
-// one is unset); its error names the first bad variable.
-func ParseEnv(getenv func(string) string) (Config, error) {
-	var c Config
-	vars, err := env.GetFieldParams(&c)
-	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
-	}
-	set := make(map[string]string, len(vars))
-	for _, v := range vars {
-		if x := getenv(v.Key); x != "" {
-			set[v.Key] = x
-		}
-	}
-	if err := env.ParseWithOptions(&c, env.Options{Environment: set}); err != nil {
-		return Config{}, parseFailure(err, set)
-	}
-	p := checker{set: set}
-	p.bounds(&c)
-	p.lists(&c)
-	p.settings(&c)
-	c.Tracing = p.tracing(getenv)
-	return c, p.err
-}
-
-// parseFailure is ParseEnv's error for a value env could not parse: it
-// names the variable and says what is wanted there.
-func parseFailure(err error, set map[string]string) error {
-	var pe env.ParseError
-	if !errors.As(err, &pe) {
-		return fmt.Errorf("config: %w", err)
-	}
-	f, _ := reflect.TypeFor[Config]().FieldByName(pe.Name)
-	name := f.Tag.Get("env")
-	return fmt.Errorf("config: %s: %q is not %s", name, set[name], wanted(f))
-}
-
-// wanted says what a field's variable takes.
-func wanted(f reflect.StructField) string {
-	switch {
-	case f.Type == reflect.TypeFor[time.Duration]():
-		return "a duration of at least " + cmp.Or(f.Tag.Get("min"), "0s") + " (e.g. 2s, 500ms)"
-	case f.Type.Kind() == reflect.Bool:
-		return "a boolean (1, 0, true, false)"
-	case f.Tag.Get("range") != "":
-		lo, hi, _ := strings.Cut(f.Tag.Get("range"), ",")
-		return "an integer from " + lo + " to " + hi
-	case f.Tag.Get("oneof") != "":
-		return "one of " + f.Tag.Get("oneof")
-	}
-	return "valid here"
-}
-
-// checker checks the parsed values, keeping the first error, which names
-// the variable.
-type checker struct {
-	set map[string]string // the variables set, by name
-	err error
-}
-
-func (p *checker) fail(name, msg string) {
-	if p.err == nil {
-		p.err = fmt.Errorf("config: %s: %s", name, msg)
-	}
-}
-
-// bounds checks every field's range, min and oneof tags.
-func (p *checker) bounds(c *Config) {
-	v := reflect.ValueOf(c).Elem()
-	for i := range v.NumField() {
-		f, x := v.Type().Field(i), v.Field(i)
-		name := f.Tag.Get("env")
-		bad := false
-		if r := f.Tag.Get("range"); r != "" {
-			lo, hi, _ := strings.Cut(r, ",")
-			n, l, h := x.Int(), atoi(lo), atoi(hi)
-			bad = n < l || n > h
-		}
-		if m := f.Tag.Get("min"); m != "" || f.Type == reflect.TypeFor[time.Duration]() {
-			d, lo := time.Duration(x.Int()), mustDuration(cmp.Or(m, "0s"))
-			bad = d < 0 || d != 0 && d < lo || d == 0 && f.Tag.Get("nonzero") == "true"
-		}
-		if o := f.Tag.Get("oneof"); o != "" {
-			x.SetString(strings.ToLower(x.String()))
-			bad = !slices.Contains(strings.Split(o, ","), x.String())
-		}
-		if bad {
-			p.fail(name, fmt.Sprintf("%q is not %s", p.set[name], wanted(f)))
-		}
-	}
-}
-
-// lists trims the comma lists' entries and refuses empty ones (the
-// trusted proxies skip them).
-func (p *checker) lists(c *Config) {
-	trim := func(name string, list []string) []string {
-		for i, a := range list {
-			if list[i] = strings.TrimSpace(a); list[i] == "" {
-				p.fail(name, "an empty address in the list")
-			}
-		}
-		return list
-	}
-	c.RedisAddrs = trim("STOCK_REDIS_ADDRS", c.RedisAddrs)
-	c.RedlockAddrs = trim("STOCK_REDLOCK_ADDRS", c.RedlockAddrs)
-	c.EtcdEndpoints = trim("STOCK_ETCD_ENDPOINTS", c.EtcdEndpoints)
-	proxies := c.TrustedProxies[:0]
-	for _, x := range c.TrustedProxies {
-		if x = strings.TrimSpace(x); x != "" {
-			proxies = append(proxies, x)
-		}
-	}
-	c.TrustedProxies = proxies
-	for i, x := range c.TraceTrust {
-		c.TraceTrust[i] = strings.TrimSpace(x)
-		if _, err := parsePrefix(c.TraceTrust[i]); err != nil {
-			p.fail("STOCK_TRACE_TRUST", fmt.Sprintf("%q is not an IP or CIDR", x))
-		}
-	}
-	for i, o := range c.CORSOrigins {
-		c.CORSOrigins[i] = strings.TrimSpace(o)
-		if !validOrigin(c.CORSOrigins[i]) {
-			p.fail("STOCK_CORS_ORIGINS", fmt.Sprintf("%q is not an origin; want scheme://host[:port] (http or https, no path, never *)", o))
-		}
-	}
-}
-
-// validOrigin reports whether o is an http(s) origin: a scheme and a host
-// (with a port, maybe), and nothing else.
-func validOrigin(o string) bool {
-	u, err := url.Parse(o)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && !strings.Contains(u.Host, "*") &&
-		u.Path == "" && u.RawQuery == "" && u.Fragment == "" && u.User == nil && u.String() == o
-}
-
-// settings checks what depends on more than one value: the strategy, the
-// lock backend, the JWT secret, and the bursts' defaults.
-func (p *checker) settings(c *Config) {
-	strategy, safe, err := service.ParseStrategy(string(c.Strategy))
-	if err != nil {
-		p.fail("STOCK_STRATEGY", fmt.Sprintf("%v; want one of %v", err, service.Strategies()))
-	} else if !safe && !c.AllowUnsafe {
-		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", strategy))
-	}
-	if !skulock.ValidBackend(c.LockBackend) {
-		p.fail("STOCK_LOCK_BACKEND", fmt.Sprintf("%q; want one of %v", c.LockBackend, skulock.Backends()))
-	}
-	if n := len(c.RedlockAddrs); c.LockBackend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
-		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
-	}
-	if c.LockBackend == skulock.BackendEtcd && len(c.EtcdEndpoints) == 0 {
-		p.fail("STOCK_ETCD_ENDPOINTS", "the etcd backend needs the cluster's endpoints")
-	}
-	if (c.EtcdCert == "") != (c.EtcdKey == "") {
-		p.fail("STOCK_ETCD_CERT", "STOCK_ETCD_CERT and STOCK_ETCD_KEY go together")
-	}
-	if c.JWTSecret != "" && len(c.JWTSecret) < auth.MinSecret {
-		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))
-	}
-	c.RateIPBurst = cmp.Or(c.RateIPBurst, c.RateIP)
-	c.RateBuyerBurst = cmp.Or(c.RateBuyerBurst, c.RateBuyer)
-}
-
-func atoi(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
-
-func mustDuration(s string) time.Duration { d, _ := time.ParseDuration(s); return d }
-
-// tracing reads the standard OpenTelemetry variables that decide whether
-// traces are exported.
-func (p *checker) tracing(getenv func(string) string) (on bool) {
-	on = getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
-	if v := getenv("OTEL_SDK_DISABLED"); v != "" {
-		if off, err := strconv.ParseBool(v); err != nil {
-			p.fail("OTEL_SDK_DISABLED", fmt.Sprintf("%q is not a boolean (true, false)", v))
-		} else if off {
-			on = false
-		}
-	}
-	switch v := getenv("OTEL_TRACES_EXPORTER"); v {
-	case "", "otlp":
-	case "none":
-		on = false
-	default:
-		p.fail("OTEL_TRACES_EXPORTER", fmt.Sprintf("%q; want otlp or none", v))
-	}
-	// The exporter is OTLP/HTTP; it would ignore a request for gRPC.
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
-		if v := getenv(name); v != "" && v != "http/protobuf" {
-			p.fail(name, fmt.Sprintf("%q; only http/protobuf is supported", v))
-		}
-	}
-	return on
 }

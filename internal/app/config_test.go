@@ -58,15 +58,15 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.HTTPAddr != ":8080" || cfg.Strategy != "lock+version" || cfg.LockWait != 2*time.Second || cfg.LockLease != 0 ||
-		cfg.LockWatchdog != 30*time.Second || cfg.RejectOnRedis() || cfg.RedisAddrs[0] != "127.0.0.1:6379" ||
-		cfg.MySQLDSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.LogJSON() || cfg.JWTCacheSize != 50_000 || cfg.BatchMax != 128 {
+	if cfg.HTTP.Addr != ":8080" || cfg.Orders.Strategy != "lock+version" || cfg.Orders.LockWait != 2*time.Second || cfg.Orders.LockLease != 0 ||
+		cfg.Lock.Watchdog != 30*time.Second || cfg.Orders.RejectOnRedisDown() || cfg.Redis.Addrs[0] != "127.0.0.1:6379" ||
+		cfg.MySQL.DSN != "root@tcp(127.0.0.1:3306)/stock?parseTime=true" || !cfg.Telemetry.LogJSON() || cfg.Auth.JWTCacheSize != 50_000 || cfg.Orders.BatchMax != 128 {
 		t.Fatalf("defaults = %+v; want the README's documented defaults", cfg)
 	}
 	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_STRATEGY": "none", "STOCK_ALLOW_UNSAFE": "1", "STOCK_ON_REDIS_DOWN": "reject",
 		"STOCK_LOCK_LEASE": "5s", "STOCK_REDIS_ADDRS": "a:1, b:2", "STOCK_CORS_ORIGINS": "https://shop.example, http://localhost:3000"}))
-	if err != nil || cfg.Strategy != "none" || !cfg.RejectOnRedis() || cfg.LockLease != 5*time.Second || cfg.RedisAddrs[1] != "b:2" ||
-		len(cfg.CORSOrigins) != 2 || cfg.CORSOrigins[1] != "http://localhost:3000" {
+	if err != nil || cfg.Orders.Strategy != "none" || !cfg.Orders.RejectOnRedisDown() || cfg.Orders.LockLease != 5*time.Second || cfg.Redis.Addrs[1] != "b:2" ||
+		len(cfg.HTTP.CORSOrigins) != 2 || cfg.HTTP.CORSOrigins[1] != "http://localhost:3000" {
 		t.Fatalf("app.ParseEnv = %+v, %v", cfg, err)
 	}
 }
@@ -81,17 +81,17 @@ func TestLockBackendConfig(t *testing.T) {
 		}
 	}
 	cfg, err := app.ParseEnv(env(nil))
-	if err != nil || cfg.LockBackend != "redisson" || cfg.RedlockAddrs != nil || cfg.RedlockNodeTimeout != 100*time.Millisecond {
-		t.Errorf("defaults: backend %q, redlock %v, node timeout %v, %v; want redisson, none, 100ms, nil", cfg.LockBackend, cfg.RedlockAddrs, cfg.RedlockNodeTimeout, err)
+	if err != nil || cfg.Lock.Backend != "redisson" || cfg.Lock.Redlock.Addrs != nil || cfg.Lock.Redlock.NodeTimeout != 100*time.Millisecond {
+		t.Errorf("defaults: backend %q, redlock %v, node timeout %v, %v; want redisson, none, 100ms, nil", cfg.Lock.Backend, cfg.Lock.Redlock.Addrs, cfg.Lock.Redlock.NodeTimeout, err)
 	}
 	for _, b := range []string{"setnx", "dbtable"} {
-		if cfg, err := app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": b})); err != nil || cfg.LockBackend != b {
-			t.Errorf("STOCK_LOCK_BACKEND=%s: %q, %v; want it taken", b, cfg.LockBackend, err)
+		if cfg, err := app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": b})); err != nil || cfg.Lock.Backend != b {
+			t.Errorf("STOCK_LOCK_BACKEND=%s: %q, %v; want it taken", b, cfg.Lock.Backend, err)
 		}
 	}
 	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": "redlock", "STOCK_REDLOCK_ADDRS": "a:1, b:2 ,c:3", "STOCK_REDLOCK_NODE_TIMEOUT": "20ms"}))
-	if err != nil || !slices.Equal(cfg.RedlockAddrs, []string{"a:1", "b:2", "c:3"}) || cfg.RedlockNodeTimeout != 20*time.Millisecond {
-		t.Errorf("redlock over three masters: %v, %v, %v; want [a:1 b:2 c:3], 20ms, nil", cfg.RedlockAddrs, cfg.RedlockNodeTimeout, err)
+	if err != nil || !slices.Equal(cfg.Lock.Redlock.Addrs, []string{"a:1", "b:2", "c:3"}) || cfg.Lock.Redlock.NodeTimeout != 20*time.Millisecond {
+		t.Errorf("redlock over three masters: %v, %v, %v; want [a:1 b:2 c:3], 20ms, nil", cfg.Lock.Redlock.Addrs, cfg.Lock.Redlock.NodeTimeout, err)
 	}
 	if _, err := app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": "etcd"})); err == nil || !strings.Contains(err.Error(), "STOCK_ETCD_ENDPOINTS") {
 		t.Errorf("etcd without endpoints: %v; want an error naming STOCK_ETCD_ENDPOINTS", err)
@@ -100,7 +100,7 @@ func TestLockBackendConfig(t *testing.T) {
 		t.Errorf("etcd with a certificate and no key: %v; want an error naming STOCK_ETCD_CERT", err)
 	}
 	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": "etcd", "STOCK_ETCD_ENDPOINTS": "e1:2379, https://e2:2379", "STOCK_ETCD_DIAL_TIMEOUT": "500ms"}))
-	if err != nil || !slices.Equal(cfg.EtcdEndpoints, []string{"e1:2379", "https://e2:2379"}) || cfg.EtcdDialTimeout != 500*time.Millisecond {
-		t.Errorf("etcd over two endpoints: %v, %v, %v; want [e1:2379 https://e2:2379], 500ms, nil", cfg.EtcdEndpoints, cfg.EtcdDialTimeout, err)
+	if err != nil || !slices.Equal(cfg.Lock.Etcd.Endpoints, []string{"e1:2379", "https://e2:2379"}) || cfg.Lock.Etcd.DialTimeout != 500*time.Millisecond {
+		t.Errorf("etcd over two endpoints: %v, %v, %v; want [e1:2379 https://e2:2379], 500ms, nil", cfg.Lock.Etcd.Endpoints, cfg.Lock.Etcd.DialTimeout, err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // text). Every record logged with a context that carries a span gets the
 // span's trace_id and span_id, so a log line can be found from its trace
 // and the other way round.
-func NewLogger(cfg Config, w io.Writer) *slog.Logger {
+func NewLogger(cfg Telemetry, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.Level()}
 	var h slog.Handler
 	if cfg.LogJSON() {

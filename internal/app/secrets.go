@@ -49,7 +49,7 @@ const goodSecretHint = "make one with `openssl rand -hex 32`"
 // variable, when a set admin or payment token is shorter than MinToken
 // bytes, or when either token or the JWT secret is a value this repository
 // ships or has shipped. An empty token is not checked: its routes are off.
-func (c Config) CheckSecrets() error {
+func (c Auth) CheckSecrets() error {
 	for _, s := range []struct{ name, value string }{
 		{"STOCK_ADMIN_TOKEN", c.AdminToken},
 		{"STOCK_PAYMENT_TOKEN", c.PaymentToken},

@@ -12,7 +12,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
-// Tracing: off unless an OTLP endpoint is configured (Config.Tracing). Then
+// Tracing: off unless an OTLP endpoint is configured (Telemetry.Tracing). Then
 // spans go through a batch span processor to an OTLP/HTTP (protobuf)
 // exporter, which reads the standard OTEL_EXPORTER_OTLP_* variables itself
 // (endpoint, headers, timeout, TLS); the SDK reads OTEL_TRACES_SAMPLER and
@@ -24,7 +24,7 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 
 // newTracerProvider builds the OTLP tracer provider of cfg. Its Shutdown
 // flushes the spans not yet exported.
-func newTracerProvider(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, error) {
+func newTracerProvider(ctx context.Context, cfg Telemetry) (*sdktrace.TracerProvider, error) {
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
@@ -40,7 +40,7 @@ func newTracerProvider(ctx context.Context, cfg Config) (*sdktrace.TracerProvide
 // tracingResource names this process in traces: service.name (OTEL_SERVICE_NAME,
 // default "stock"), service.version (the module version the binary was
 // built at, when known), what OTEL_RESOURCE_ATTRIBUTES adds, and the SDK's.
-func tracingResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
+func tracingResource(ctx context.Context, cfg Telemetry) (*resource.Resource, error) {
 	// Later options win: the defaults, then OTEL_RESOURCE_ATTRIBUTES, then
 	// OTEL_SERVICE_NAME.
 	opts := []resource.Option{resource.WithTelemetrySDK(), resource.WithAttributes(semconv.ServiceName("stock"))}

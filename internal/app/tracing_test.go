@@ -61,14 +61,14 @@ func accessLine(t *testing.T, logs *testlog.Buffer, route string, status int) ma
 func newServer(t *testing.T, tp trace.TracerProvider, trust ...string) (*apptest.Server, *testlog.Buffer) {
 	t.Helper()
 	cfg := apptest.Config(apptest.Database(t))
-	cfg.LogLevel = "debug"
-	cfg.TraceTrust = trust
+	cfg.Telemetry.LogLevel = "debug"
+	cfg.Telemetry.TraceTrust = trust
 	logs := &testlog.Buffer{}
 	var opts []app.Option
 	if tp != nil {
 		opts = append(opts, app.WithTracerProvider(tp))
 	}
-	return apptest.StartLogged(t, cfg, app.NewLogger(cfg, logs), opts...), logs
+	return apptest.StartLogged(t, cfg, app.NewLogger(cfg.Telemetry, logs), opts...), logs
 }
 
 // send makes a request and returns its status.
@@ -410,8 +410,8 @@ func TestParseEnvTracing(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("ParseEnv(%v) = %v", c.env, err)
-		case cfg.Tracing != c.on || cfg.ServiceName != c.name:
-			t.Errorf("ParseEnv(%v): Tracing %v, ServiceName %q; want %v %q", c.env, cfg.Tracing, cfg.ServiceName, c.on, c.name)
+		case cfg.Telemetry.Tracing != c.on || cfg.Telemetry.ServiceName != c.name:
+			t.Errorf("ParseEnv(%v): Tracing %v, ServiceName %q; want %v %q", c.env, cfg.Telemetry.Tracing, cfg.Telemetry.ServiceName, c.on, c.name)
 		}
 	}
 }
@@ -482,11 +482,11 @@ func TestOTLPExport(t *testing.T) {
 			env["OTEL_EXPORTER_OTLP_ENDPOINT"] = recv.URL
 		}
 		parsed, err := app.ParseEnv(func(k string) string { return env[k] })
-		if err != nil || parsed.Tracing != on {
-			t.Fatalf("ParseEnv(%v) = Tracing %v, %v; want %v", env, parsed.Tracing, err, on)
+		if err != nil || parsed.Telemetry.Tracing != on {
+			t.Fatalf("ParseEnv(%v) = Tracing %v, %v; want %v", env, parsed.Telemetry.Tracing, err, on)
 		}
 		cfg := apptest.Config(apptest.Database(t))
-		cfg.Tracing, cfg.ServiceName = parsed.Tracing, parsed.ServiceName
+		cfg.Telemetry.Tracing, cfg.Telemetry.ServiceName = parsed.Telemetry.Tracing, parsed.Telemetry.ServiceName
 		srv := apptest.Start(t, cfg)
 		setStock(t, srv, "SKU-X", 1)
 		if st := order(t, srv, "buyer-1", "key-1", "SKU-X", 1, ""); st != http.StatusCreated {

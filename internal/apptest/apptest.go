@@ -53,15 +53,15 @@ func Config(dsn string) app.Config {
 	if err != nil {
 		panic(err) // the defaults are valid, or every test would fail here
 	}
-	cfg.MySQLDSN = dsn
-	cfg.MySQLConns = 10
-	cfg.RedisAddrs = []string{testserver.SharedRedis}
+	cfg.MySQL.DSN = dsn
+	cfg.MySQL.PoolSize = 10
+	cfg.Redis.Addrs = []string{testserver.SharedRedis}
 	if c, err := mysql.ParseDSN(dsn); err == nil && c.DBName != "" {
-		cfg.RedisPrefix = "test:" + c.DBName + ":"
+		cfg.Redis.Prefix = "test:" + c.DBName + ":"
 	}
-	cfg.AdminToken = AdminToken
-	cfg.JWTSecret = JWTSecret
-	cfg.MetricsPublic = true
+	cfg.Auth.AdminToken = AdminToken
+	cfg.Auth.JWTSecret = JWTSecret
+	cfg.Telemetry.MetricsPublic = true
 	return cfg
 }
 

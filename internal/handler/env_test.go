@@ -102,38 +102,38 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	t.Helper()
 	cfg := apptest.Config(d.dsn)
 	if o.strategy != "" {
-		cfg.Strategy = o.strategy
+		cfg.Orders.Strategy = o.strategy
 	}
 	if o.redisAddr != "" {
-		cfg.RedisAddrs = []string{o.redisAddr}
+		cfg.Redis.Addrs = []string{o.redisAddr}
 	}
 	if o.reject {
-		cfg.OnRedisDown = "reject"
+		cfg.Orders.OnRedisDown = app.OnRedisDownReject
 	}
-	cfg.LockWait = 5 * time.Second
+	cfg.Orders.LockWait = 5 * time.Second
 	if o.lockWait != 0 {
-		cfg.LockWait = o.lockWait
+		cfg.Orders.LockWait = o.lockWait
 	}
 	if o.watchdog != 0 {
-		cfg.LockWatchdog = o.watchdog
+		cfg.Lock.Watchdog = o.watchdog
 	}
 	if o.batchMax != 0 {
-		cfg.BatchMax = o.batchMax
+		cfg.Orders.BatchMax = o.batchMax
 	}
 	if o.noAdmin {
-		cfg.AdminToken = ""
+		cfg.Auth.AdminToken = ""
 	}
-	cfg.PaymentToken = o.payment
-	cfg.CORSOrigins = o.cors
-	cfg.MetricsPublic = !o.noPublicMetrics
+	cfg.Auth.PaymentToken = o.payment
+	cfg.HTTP.CORSOrigins = o.cors
+	cfg.Telemetry.MetricsPublic = !o.noPublicMetrics
 	if o.noAuthThrottle {
-		cfg.AuthFailures = 0
+		cfg.Limits.AuthFailures = 0
 	}
 	if o.expiry != 0 {
-		cfg.ExpiryInterval = o.expiry
+		cfg.Orders.ExpiryInterval = o.expiry
 	}
 	if o.soldOutTTL != 0 {
-		cfg.SoldOutTTL = o.soldOutTTL
+		cfg.Orders.SoldOutTTL = o.soldOutTTL
 	}
 	var opts []app.Option
 	if o.locker != nil {

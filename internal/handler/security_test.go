@@ -48,7 +48,7 @@ func TestTokenGuessingIsThrottled(t *testing.T) {
 	// The count expires a minute after the first failure: shortened here.
 	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
 	t.Cleanup(func() { _ = rdb.Close() })
-	key := apptest.Config(d.dsn).RedisPrefix + "authfail:ip:127.0.0.1"
+	key := apptest.Config(d.dsn).Redis.Prefix + "authfail:ip:127.0.0.1"
 	if ttl := rdb.PTTL(t.Context(), key).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("TTL of the count %s = %v; want within (0, 1m]", key, ttl)
 	}

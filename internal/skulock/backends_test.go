@@ -227,14 +227,18 @@ func TestStoreDown(t *testing.T) {
 	dead := "127.0.0.1:" + strconv.Itoa(port)
 	rdb := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer func() { _ = rdb.Close() }()
-	for _, cfg := range []skulock.Config{
-		{Backend: skulock.BackendSetNX, Redis: rdb},
-		{Backend: skulock.BackendDBTable, MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"},
-		{Backend: skulock.BackendRedlock, RedlockAddrs: []string{dead, dead, dead}},
-		{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}},
+	for _, c := range []struct {
+		cfg skulock.Config
+		st  skulock.Stores
+	}{
+		{skulock.Config{Backend: skulock.BackendSetNX}, skulock.Stores{Redis: rdb}},
+		{skulock.Config{Backend: skulock.BackendDBTable}, skulock.Stores{MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"}},
+		{skulock.Config{Backend: skulock.BackendRedlock, Redlock: redlock.Config{Addrs: []string{dead, dead, dead}}}, skulock.Stores{}},
+		{skulock.Config{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}}, skulock.Stores{}},
 	} {
-		cfg.Lease = 5 * time.Second
-		l, closeFn, err := skulock.Open(context.Background(), cfg)
+		cfg := c.cfg
+		cfg.Watchdog = 5 * time.Second
+		l, closeFn, err := skulock.Open(context.Background(), cfg, c.st)
 		if err != nil {
 			t.Fatalf("Open(%s) = %v", cfg.Backend, err)
 		}
@@ -252,13 +256,13 @@ func TestStoreDown(t *testing.T) {
 // watchdog and no lease, redlock without masters, etcd without endpoints.
 func TestOpenRefuses(t *testing.T) {
 	for _, cfg := range []skulock.Config{
-		{Backend: "zookeeper", Lease: time.Second},
+		{Backend: "zookeeper", Watchdog: time.Second},
 		{Backend: skulock.BackendSetNX},
-		{Backend: skulock.BackendRedlock, Lease: time.Second},
+		{Backend: skulock.BackendRedlock, Watchdog: time.Second},
 		{Backend: skulock.BackendRedisson},
-		{Backend: skulock.BackendEtcd, Lease: time.Second},
+		{Backend: skulock.BackendEtcd, Watchdog: time.Second},
 	} {
-		if _, _, err := skulock.Open(context.Background(), cfg); err == nil {
+		if _, _, err := skulock.Open(context.Background(), cfg, skulock.Stores{}); err == nil {
 			t.Errorf("Open(%+v) = nil error; want one", cfg)
 		}
 	}
@@ -275,14 +279,18 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	etcd := testserver.StartEtcd(t, 1)
 	rdb := redis.NewClient(&redis.Options{Addr: ms[0].Addr})
 	defer func() { _ = rdb.Close() }()
-	for _, cfg := range []skulock.Config{
-		{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}},
-		{Backend: skulock.BackendSetNX, Redis: rdb},
-		{Backend: skulock.BackendDBTable, MySQLDSN: dsn},
-		{Backend: skulock.BackendRedlock, RedlockAddrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}},
+	for _, c := range []struct {
+		cfg skulock.Config
+		st  skulock.Stores
+	}{
+		{skulock.Config{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{}},
+		{skulock.Config{Backend: skulock.BackendSetNX}, skulock.Stores{Redis: rdb}},
+		{skulock.Config{Backend: skulock.BackendDBTable}, skulock.Stores{MySQLDSN: dsn}},
+		{skulock.Config{Backend: skulock.BackendRedlock, Redlock: redlock.Config{Addrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}}}, skulock.Stores{}},
 	} {
-		cfg.Lease = 5 * time.Second
-		l, closeFn, err := skulock.Open(context.Background(), cfg)
+		cfg := c.cfg
+		cfg.Watchdog = 5 * time.Second
+		l, closeFn, err := skulock.Open(context.Background(), cfg, c.st)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,11 +10,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/skulock/etcdlock"
+	"github.com/seckill/stock/internal/skulock/redlock"
 	"github.com/seckill/stock/internal/testserver"
 )
 
@@ -42,10 +42,10 @@ func backends(t *testing.T) []backend {
 		addrs = append(addrs, testserver.StartRedis(t).Addr)
 	}
 	etcd := testserver.StartEtcd(t, 1)
-	open := func(t *testing.T, cfg skulock.Config) service.Locker {
+	open := func(t *testing.T, cfg skulock.Config, st skulock.Stores) service.Locker {
 		t.Helper()
-		cfg.Lease = 10 * time.Second
-		l, closeFn, err := skulock.Open(context.Background(), cfg)
+		cfg.Watchdog = 10 * time.Second
+		l, closeFn, err := skulock.Open(context.Background(), cfg, st)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,25 +58,23 @@ func backends(t *testing.T) []backend {
 	}
 	return []backend{
 		{"redisson", func(t *testing.T) service.Locker {
-			c := lock.New(rdb, lock.WithPrefix(prefix))
-			t.Cleanup(func() { _ = c.Close() })
-			return open(t, skulock.Config{Backend: skulock.BackendRedisson, Locks: c})
+			return open(t, skulock.Config{Backend: skulock.BackendRedisson}, skulock.Stores{Redis: rdb, Prefix: prefix})
 		}},
 		{"setnx", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendSetNX, Redis: rdb, Prefix: prefix})
+			return open(t, skulock.Config{Backend: skulock.BackendSetNX}, skulock.Stores{Redis: rdb, Prefix: prefix})
 		}},
 		{"dbtable", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendDBTable, MySQLDSN: dsn, MySQLConns: 4})
+			return open(t, skulock.Config{Backend: skulock.BackendDBTable}, skulock.Stores{MySQLDSN: dsn, MySQLConns: 4})
 		}},
 		{"redlock", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendRedlock, RedlockAddrs: addrs, Prefix: prefix,
+			return open(t, skulock.Config{Backend: skulock.BackendRedlock, Redlock: redlock.Config{Addrs: addrs,
 				// Generous for the race detector on a shared box; a node
 				// that times out counts as down.
-				NodeTimeout: 500 * time.Millisecond})
+				NodeTimeout: 500 * time.Millisecond}}, skulock.Stores{Prefix: prefix})
 		}},
 		{"etcd", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendEtcd, Prefix: prefix,
-				Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}})
+			return open(t, skulock.Config{Backend: skulock.BackendEtcd,
+				Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{Prefix: prefix})
 		}},
 	}
 }

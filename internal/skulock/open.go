@@ -1,6 +1,7 @@
 package skulock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,8 @@ const (
 	BackendEtcd     = "etcd"
 )
 
-// Backends returns every backend name, the default first.
+// Backends returns every backend name, the default first: the values
+// STOCK_LOCK_BACKEND takes.
 func Backends() []string {
 	return []string{BackendRedisson, BackendSetNX, BackendDBTable, BackendRedlock, BackendEtcd}
 }
@@ -35,85 +37,113 @@ func Backends() []string {
 // ValidBackend reports whether name is a backend of Open.
 func ValidBackend(name string) bool { return slices.Contains(Backends(), name) }
 
-// Config is what Open needs; each backend reads only its own fields.
+// Config is the SKU lock's settings: the gate, its lease, and each gate's
+// own group (setnx runs on the server's Redis and dbtable on its MySQL
+// database, so neither has one). It is the Lock group of the server's
+// configuration, read from the environment by its tags.
 type Config struct {
-	Backend string // one of Backends(); "" is BackendRedisson
+	// The SKU lock's gate; see "Which gate when" in docs/reference.md.
+	Backend string `env:"STOCK_LOCK_BACKEND" envDefault:"redisson"`
+	// Watchdog lease, renewed every third of it (redisson; etcd's session
+	// TTL). The gates without a watchdog (`setnx`, `dbtable`, `redlock`)
+	// hold for `STOCK_LOCK_LEASE`, or for this when it is `0`, never
+	// renewed.
+	Watchdog time.Duration `env:"STOCK_LOCK_WATCHDOG" envDefault:"30s" min:"30ms" nonzero:"true"`
+	// The `redisson` gate's own settings.
+	Redisson redisson.Config
+	// The `redlock` gate's own settings: SET NX PX on independent masters.
+	Redlock redlock.Config
+	// The `etcd` gate's own settings: how to reach the cluster.
+	Etcd etcdlock.ClientConfig
+}
 
-	Locks  *lock.Client          // redisson
-	Redis  redis.UniversalClient // setnx
-	Prefix string                // setnx, redlock: in front of every key (STOCK_REDIS_PREFIX)
+// Stores are what the gates run on, from the server's other settings; each
+// gate uses only its own.
+type Stores struct {
+	Redis  redis.UniversalClient // redisson, setnx
+	Prefix string                // all but dbtable: in front of every key (STOCK_REDIS_PREFIX)
 
 	MySQLDSN   string // dbtable: the stock database
 	MySQLConns int    // dbtable: its own pool (default 8)
 
-	RedlockAddrs  []string      // redlock: the independent masters
-	RedisPassword string        // redlock: of every master
-	NodeTimeout   time.Duration // redlock: per node call (default redlock.DefaultNodeTimeout)
+	RedisPassword string // redlock: of every master
 
-	Etcd etcdlock.ClientConfig // etcd: the cluster
-
-	// Lease is the lease of a TryLock with lease 0: for the backends without
-	// a watchdog (setnx, dbtable, redlock) a fixed lease, for etcd the TTL
-	// its watchdog keeps alive; required for them.
-	Lease time.Duration
-	// Lost, if set, is called once for every hold of those backends (and
-	// etcd's) that reached its lease deadline unreleased (redisson reports losses
-	// through the lock.Client's own hooks).
+	// Renewed, if set, reports each of redisson's watchdog script calls
+	// (lock.Hooks.Renewed).
+	Renewed func(renewed, lost int, err error)
+	// Lost, if set, is called once for every hold that reached its lease
+	// deadline unreleased (for redisson: whose ownership was lost).
 	Lost func()
 }
 
-// Open returns the locker of cfg.Backend and a close function that stops
-// what it started (background clean-up, the reaper, the connections it
-// opened; not cfg.Locks or cfg.Redis). It connects lazily: a store that is
-// down at start-up makes TryLock fail, as a store that goes down later
-// does. Errors name the missing or bad setting.
-func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error) {
-	none := func() error { return nil }
-	if cfg.Backend != "" && cfg.Backend != BackendRedisson && cfg.Lease <= 0 {
-		return nil, nil, fmt.Errorf("skulock: backend %s: a lease is required (a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
+// Open returns the locker of cfg.Backend on st and a close function that
+// stops what it started (background clean-up, the reaper, the lock client
+// and connections it opened; not st.Redis). It connects lazily: a store
+// that is down at start-up makes TryLock fail, as a store that goes down
+// later does. Errors name the missing or bad setting.
+func Open(ctx context.Context, cfg Config, st Stores) (service.Locker, func() error, error) {
+	if cfg.Backend != "" && cfg.Backend != BackendRedisson && cfg.Watchdog <= 0 {
+		return nil, nil, fmt.Errorf("skulock: backend %s: a lease is required (the watchdog's, a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
 	}
 	switch cfg.Backend {
 	case "", BackendRedisson:
-		if cfg.Locks == nil {
-			return nil, nil, errors.New("skulock: backend redisson: no lock client")
-		}
-		return redisson.Locker{Client: cfg.Locks}, none, nil
+		return openRedisson(cfg, st)
 	case BackendSetNX:
-		if cfg.Redis == nil {
+		if st.Redis == nil {
 			return nil, nil, errors.New("skulock: backend setnx: no Redis client")
 		}
-		l := setnx.New(cfg.Redis, cfg.Prefix, cfg.Lease, cfg.Lost)
+		l := setnx.New(st.Redis, st.Prefix, cfg.Watchdog, st.Lost)
 		return l, l.Close, nil
 	case BackendDBTable:
-		if cfg.MySQLConns <= 0 {
-			cfg.MySQLConns = 8
-		}
-		db, err := dbtable.OpenDB(cfg.MySQLDSN, cfg.MySQLConns)
+		db, err := dbtable.OpenDB(st.MySQLDSN, cmp.Or(st.MySQLConns, 8))
 		if err != nil {
 			return nil, nil, err
 		}
-		l := dbtable.New(db, cfg.Lease, cfg.Lost)
+		l := dbtable.New(db, cfg.Watchdog, st.Lost)
 		return l, func() error { return errors.Join(l.Close(), db.Close()) }, nil
 	case BackendRedlock:
-		if len(cfg.RedlockAddrs) == 0 {
-			return nil, nil, errors.New("skulock: backend redlock: no master addresses")
-		}
-		var nodes []redis.UniversalClient
-		for _, a := range cfg.RedlockAddrs {
-			nodes = append(nodes, redis.NewClient(redlock.NodeOptions(a, cfg.RedisPassword, cfg.NodeTimeout)))
-		}
-		l := redlock.New(nodes, cfg.Prefix, cfg.Lease, cfg.NodeTimeout, cfg.Lost)
-		return l, func() error {
-			err := l.Close()
-			for _, n := range nodes {
-				err = errors.Join(err, n.Close())
-			}
-			return err
-		}, nil
+		return openRedlock(cfg, st)
 	case BackendEtcd:
-		return openEtcd(cfg)
+		return openEtcd(cfg, st)
 	}
 	return nil, nil, fmt.Errorf("skulock: unknown backend %q; want one of %v", cfg.Backend, Backends())
+}
+
+// openRedisson makes the Redis lock's client of cfg (its watchdog lease,
+// its pub/sub mode) on st.Redis; closing it stops its watchdog.
+func openRedisson(cfg Config, st Stores) (service.Locker, func() error, error) {
+	if st.Redis == nil {
+		return nil, nil, errors.New("skulock: backend redisson: no Redis client")
+	}
+	hooks := lock.Hooks{Renewed: st.Renewed}
+	if st.Lost != nil {
+		hooks.Lost = func(string) { st.Lost() }
+	}
+	opts := append([]lock.Option{lock.WithPrefix(st.Prefix), lock.WithHooks(hooks)}, cfg.Redisson.Options()...)
+	if cfg.Watchdog > 0 { // else lock's default
+		opts = append(opts, lock.WithWatchdogTimeout(cfg.Watchdog))
+	}
+	c := lock.New(st.Redis, opts...)
+	return redisson.Locker{Client: c}, c.Close, nil
+}
+
+// openRedlock makes a client per master; its close function closes them.
+func openRedlock(cfg Config, st Stores) (service.Locker, func() error, error) {
+	if len(cfg.Redlock.Addrs) == 0 {
+		return nil, nil, errors.New("skulock: backend redlock: no master addresses")
+	}
+	var nodes []redis.UniversalClient
+	for _, a := range cfg.Redlock.Addrs {
+		nodes = append(nodes, redis.NewClient(redlock.NodeOptions(a, st.RedisPassword, cfg.Redlock.NodeTimeout)))
+	}
+	l := redlock.New(nodes, st.Prefix, cfg.Watchdog, cfg.Redlock.NodeTimeout, st.Lost)
+	return l, func() error {
+		err := l.Close()
+		for _, n := range nodes {
+			err = errors.Join(err, n.Close())
+		}
+		return err
+	}, nil
 }
 
 // DefaultNodeTimeout is the redlock backend's default bound of each
@@ -122,7 +152,7 @@ const DefaultNodeTimeout = redlock.DefaultNodeTimeout
 
 // openEtcd dials the cluster and returns the etcd locker; its close
 // function closes the client too.
-func openEtcd(cfg Config) (service.Locker, func() error, error) {
+func openEtcd(cfg Config, st Stores) (service.Locker, func() error, error) {
 	if len(cfg.Etcd.Endpoints) == 0 {
 		return nil, nil, errors.New("skulock: backend etcd: no endpoints")
 	}
@@ -133,7 +163,7 @@ func openEtcd(cfg Config) (service.Locker, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	l := etcdlock.New(cli, cfg.Prefix, cfg.Lease, cfg.Etcd.DialTimeout, cfg.Lost)
+	l := etcdlock.New(cli, st.Prefix, cfg.Watchdog, cfg.Etcd.DialTimeout, st.Lost)
 	return l, func() error { return errors.Join(l.Close(), cli.Close()) }, nil
 }
 

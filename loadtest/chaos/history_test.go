@@ -15,12 +15,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/stock/internal/lock"
 	"github.com/seckill/stock/internal/lockhistory"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/skulock/etcdlock"
+	"github.com/seckill/stock/internal/skulock/redlock"
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
 )
@@ -81,31 +81,27 @@ func newHistStores(t *testing.T, gate string) *histStores {
 // through via (a proxy's, for a client whose links are cut).
 func (s *histStores) open(t *testing.T, gate string, via func(string) string) service.Locker {
 	t.Helper()
-	cfg := skulock.Config{Backend: gate, Prefix: s.prefix, Lease: histLease, NodeTimeout: 300 * time.Millisecond}
+	cfg := skulock.Config{Backend: gate, Watchdog: histLease, Redlock: redlock.Config{NodeTimeout: 300 * time.Millisecond}}
+	st := skulock.Stores{Prefix: s.prefix}
 	switch gate {
 	case skulock.BackendRedisson, skulock.BackendSetNX:
 		rdb := redis.NewClient(&redis.Options{Addr: via(testserver.SharedRedis), MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { _ = rdb.Close() })
-		cfg.Redis = rdb
-		if gate == skulock.BackendRedisson {
-			c := lock.New(rdb, lock.WithPrefix(s.prefix), lock.WithWatchdogTimeout(histLease))
-			t.Cleanup(func() { _ = c.Close() })
-			cfg.Locks = c
-		}
+		st.Redis = rdb
 	case skulock.BackendDBTable:
-		cfg.MySQLDSN, cfg.MySQLConns = strings.Replace(s.dsn, "127.0.0.1:3306", via("127.0.0.1:3306"), 1)+"&readTimeout=1s&writeTimeout=1s", 2
+		st.MySQLDSN, st.MySQLConns = strings.Replace(s.dsn, "127.0.0.1:3306", via("127.0.0.1:3306"), 1)+"&readTimeout=1s&writeTimeout=1s", 2
 	case skulock.BackendRedlock:
 		for _, m := range s.masters {
-			cfg.RedlockAddrs = append(cfg.RedlockAddrs, via(m))
+			cfg.Redlock.Addrs = append(cfg.Redlock.Addrs, via(m))
 		}
 	case skulock.BackendEtcd:
-		cfg.Lease = histEtcdTTL
+		cfg.Watchdog = histEtcdTTL
 		cfg.Etcd = etcdlock.ClientConfig{DialTimeout: time.Second}
 		for _, e := range s.etcd {
 			cfg.Etcd.Endpoints = append(cfg.Etcd.Endpoints, via(strings.TrimPrefix(e, "http://")))
 		}
 	}
-	l, closeFn, err := skulock.Open(context.Background(), cfg)
+	l, closeFn, err := skulock.Open(context.Background(), cfg, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -314,16 +314,27 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// ClientConfig is how to reach the cluster (the STOCK_ETCD_* settings).
+// ClientConfig is how to reach the cluster: the etcd gate's own settings.
 type ClientConfig struct {
-	// Endpoints are host:port or http(s)://host:port, as etcdctl takes them.
-	Endpoints          []string
-	Username, Password string
-	// CA, Cert and Key are PEM files: the CA that signed the members'
-	// certificates, and this client's certificate and key (mutual TLS).
-	// Any of them set turns TLS on.
-	CA, Cert, Key string
-	DialTimeout   time.Duration
+	// The cluster's members, a comma list of `host:port` or
+	// `http(s)://host:port`, as etcdctl takes them.
+	Endpoints []string `env:"STOCK_ETCD_ENDPOINTS"`
+	// The user, when the cluster has authentication on (then the connect
+	// authenticates at start-up).
+	Username string `env:"STOCK_ETCD_USERNAME"`
+	// That user's password.
+	Password string `env:"STOCK_ETCD_PASSWORD"`
+	// PEM file of the CA that signed the members' certificates; any of the
+	// three TLS files set turns TLS on (or `https://` endpoints).
+	CA string `env:"STOCK_ETCD_CA"`
+	// PEM file of this client's certificate (mutual TLS), with
+	// `STOCK_ETCD_KEY`.
+	Cert string `env:"STOCK_ETCD_CERT"`
+	// PEM file of this client's private key.
+	Key string `env:"STOCK_ETCD_KEY"`
+	// Bound of the connect, of each lease grant and of each release; past
+	// it the cluster counts as down (`STOCK_ON_REDIS_DOWN` applies).
+	DialTimeout time.Duration `env:"STOCK_ETCD_DIAL_TIMEOUT" envDefault:"2s" min:"1ms" nonzero:"true"`
 }
 
 // Dial returns a client of the cluster. Without a username it connects

@@ -29,3 +29,29 @@ func (l Locker) TryLock(ctx context.Context, sku string, wait, lease time.Durati
 	}
 	return h, nil
 }
+
+// The unlock-message modes of Config.PubSub.
+const (
+	PubSubAuto    = "auto"
+	PubSubClassic = "classic"
+)
+
+// PubSubModes returns every mode of Config.PubSub, the default first.
+func PubSubModes() []string { return []string{PubSubAuto, PubSubClassic} }
+
+// Config is the redisson gate's own settings.
+type Config struct {
+	// On a Redis Cluster, how unlock messages go: `auto` adds
+	// SPUBLISH/SSUBSCRIBE where the cluster has sharded pub/sub (Redis 7+),
+	// as Redisson's default; `classic` keeps to PUBLISH/SUBSCRIBE, for Java
+	// services on the same locks with Redisson's `shardedSubscriptionMode=OFF`.
+	PubSub string `env:"STOCK_LOCK_PUBSUB" envDefault:"auto"`
+}
+
+// Options are the lock.Client options of c.
+func (c Config) Options() []lock.Option {
+	if c.PubSub == PubSubClassic {
+		return []lock.Option{lock.WithClassicPubSub()}
+	}
+	return nil
+}

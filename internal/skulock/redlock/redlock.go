@@ -48,6 +48,16 @@ const RedlockDrift = 0.01
 // node costs the acquire this much, not the lease.
 const DefaultNodeTimeout = 100 * time.Millisecond
 
+// Config is the redlock gate's own settings.
+type Config struct {
+	// The independent Redis masters, a comma list of an odd number, at
+	// least 3.
+	Addrs []string `env:"STOCK_REDLOCK_ADDRS"`
+	// Bound of each master's call, and never more than a tenth of the
+	// lease.
+	NodeTimeout time.Duration `env:"STOCK_REDLOCK_NODE_TIMEOUT" envDefault:"100ms" min:"1ms" nonzero:"true"`
+}
+
 // New returns the locker over nodes (3 or 5 independent masters is
 // the usual choice; any N >= 1 works, with quorum N/2+1). lease is what
 // TryLock's lease 0 means; timeout bounds each node's call (0:
