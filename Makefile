@@ -51,7 +51,7 @@ build: ## bin/stock
 	@umask 077 && awk -v a="$$(openssl rand -hex 32)" -v p="$$(openssl rand -hex 32)" -v j="$$(openssl rand -hex 32)" \
 		'/^STOCK_ADMIN_TOKEN=$$/ { $$0 = $$0 a } /^STOCK_PAYMENT_TOKEN=$$/ { $$0 = $$0 p } /^STOCK_JWT_SECRET=$$/ { $$0 = $$0 j } 1' \
 		.env.example > $@.tmp && mv $@.tmp $@
-	@echo "wrote $@ with fresh secrets (the admin token: make -s admin-token)" >&2
+	@echo "wrote $@ with fresh secrets (the admin token: make admin-token)" >&2
 
 # The secrets of .env, each unless already set in the environment.
 dev_secrets = set -a && eval "$$(sed -nE 's/^(STOCK_ADMIN_TOKEN|STOCK_PAYMENT_TOKEN|STOCK_JWT_SECRET)=(.+)$$/: "$${\1:=\2}"/p' .env)" && set +a
