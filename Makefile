@@ -4,7 +4,7 @@ export CGO_ENABLED ?= 1
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help test unit vet lint fuzz flake-check build run up token k8s-secrets bench chaos api-check k6-check compose-check \
+.PHONY: help test unit vet lint fuzz flake-check build run fleet up token admin-token k8s-secrets bench chaos api-check k6-check compose-check \
 	demo demo-throughput demo-lifecycle demo-gates demo-wrk profile
 
 help: ## list the targets
@@ -51,19 +51,35 @@ build: ## bin/stock
 	@umask 077 && awk -v a="$$(openssl rand -hex 32)" -v p="$$(openssl rand -hex 32)" -v j="$$(openssl rand -hex 32)" \
 		'/^STOCK_ADMIN_TOKEN=$$/ { $$0 = $$0 a } /^STOCK_PAYMENT_TOKEN=$$/ { $$0 = $$0 p } /^STOCK_JWT_SECRET=$$/ { $$0 = $$0 j } 1' \
 		.env.example > $@.tmp && mv $@.tmp $@
-	@echo "wrote $@ with fresh secrets (the admin token: grep STOCK_ADMIN_TOKEN $@)"
+	@echo "wrote $@ with fresh secrets (the admin token: make admin-token)" >&2
 
 # The secrets of .env, each unless already set in the environment.
 dev_secrets = set -a && eval "$$(sed -nE 's/^(STOCK_ADMIN_TOKEN|STOCK_PAYMENT_TOKEN|STOCK_JWT_SECRET)=(.+)$$/: "$${\1:=\2}"/p' .env)" && set +a
 
-run: build .env ## migrate and serve against the local MySQL and Redis, with the secrets of .env (`./bin/stock token --buyer u-1` mints a buyer's token)
+run: build .env ## migrate and serve on :8080 (STOCK_HTTP_ADDR) against the local MySQL and Redis, with the secrets of .env
 	@$(dev_secrets) && ./bin/stock migrate && exec ./bin/stock serve
+
+# Three instances on one machine: everything shared (MySQL, Redis, the
+# secrets of .env and every other STOCK_ setting of the environment) but the
+# listen address; the private listeners are dropped, as three would clash.
+# In the foreground: the first to stop, or Ctrl-C, stops them all.
+FLEET_PORTS ?= 8081 8082 8083
+fleet: build .env ## three serve processes on 127.0.0.1:FLEET_PORTS (8081-8083), one MySQL and Redis, the secrets of .env; Ctrl-C stops all
+	@$(dev_secrets) && ./bin/stock migrate && unset STOCK_METRICS_ADDR STOCK_PPROF_ADDR && pids= && \
+		trap 'trap - INT TERM; kill -TERM $$pids 2>/dev/null; wait; exit 130' INT TERM && \
+		for p in $(FLEET_PORTS); do STOCK_HTTP_ADDR=127.0.0.1:$$p ./bin/stock serve & pids="$$pids $$!"; done; \
+		wait -n; status=$$?; kill -TERM $$pids 2>/dev/null; wait; exit $$status
 
 up: .env ## docker compose up -d --build, with the secrets of .env
 	docker compose up -d --build
 
-token: build .env ## print a buyer's token for make run's server: make token BUYER=u-1
-	@$(dev_secrets) && ./bin/stock token --buyer $(or $(BUYER),u-1)
+# token and admin-token print nothing but the token (no build line), so
+# $$(make token) is the token.
+token: .env ## print a buyer's token for make run's and make fleet's servers: make token BUYER=u-1
+	@$(GO) build -o bin/stock ./cmd/stock && $(dev_secrets) && ./bin/stock token --buyer $(or $(BUYER),u-1)
+
+admin-token: .env ## print the admin token make run and make fleet serve with (STOCK_ADMIN_TOKEN, else .env's)
+	@$(dev_secrets) && printf '%s\n' "$$STOCK_ADMIN_TOKEN"
 
 # The k8s base's Secret: deploy/k8s/base/secrets.env (git-ignored), written
 # once with random values.

@@ -41,7 +41,8 @@ const usage = `usage: stock [serve|migrate|version|token --buyer ID [--ttl 1h]]
             local use and load tests; production tokens come from your
             identity provider)
 
-Configuration is read from STOCK_* environment variables; see README.md.`
+Configuration is read from STOCK_* environment variables: every one, its
+default and what it does is in docs/config.md.`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "serve"
@@ -114,7 +115,7 @@ func token(cfg app.Config, args []string, stdout io.Writer) error {
 		return fmt.Errorf("token: want --buyer ID [--ttl 1h]\n%s", usage)
 	}
 	if cfg.Auth.JWTSecret == "" {
-		return errors.New("token: STOCK_JWT_SECRET is not set")
+		return errors.New("token: STOCK_JWT_SECRET is not set; set it to the servers' secret (in a clone, `make token BUYER=u-1` reads .env's)")
 	}
 	if cfg.Auth.JWTMaxLifetime > 0 && *ttl > cfg.Auth.JWTMaxLifetime {
 		return fmt.Errorf("token: --ttl %v is longer than STOCK_JWT_MAX_LIFETIME (%v): serve would refuse the token", *ttl, cfg.Auth.JWTMaxLifetime)
