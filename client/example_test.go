@@ -20,22 +20,18 @@ func Example() {
 	if _, err := admin.SetStock(ctx, "tee-1", client.StockSetting{Available: 1}); err != nil {
 		panic(err)
 	}
-
-	alice := admin.As(buyerToken("alice"))
+	alice := admin.As(buyerToken("alice")) // the same connections, another bearer token
 	o, err := alice.Place(ctx, "alice-tee-1", "tee-1", 1)
 	fmt.Println(o.Status, o.Replayed, err)
-	o, err = alice.Place(ctx, "alice-tee-1", "tee-1", 1)
+	o, err = alice.Place(ctx, "alice-tee-1", "tee-1", 1) // a retry with the key: the same order
 	fmt.Println(o.Status, o.Replayed, err)
-
 	_, err = admin.As(buyerToken("bob")).Place(ctx, "bob-tee-1", "tee-1", 1)
 	var p *client.Problem
-	if errors.As(err, &p) {
-		fmt.Println(p.Status, p.Kind())
-	}
+	fmt.Println(errors.As(err, &p), p.Status, p.Kind())
 	// Output:
 	// confirmed false <nil>
 	// confirmed true <nil>
-	// 409 sold-out
+	// true 409 sold-out
 }
 
 // Under a payment window an order is reserved until the payment service
