@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
 	"time"
 
+	"github.com/seckill/stock/client"
+	"github.com/seckill/stock/internal/api"
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
@@ -40,90 +41,91 @@ func measureCeiling(ctx context.Context, o options, runID, token string) ([]driv
 		return nil, err
 	}
 	defer drop()
-	unlimited := unlimitedEnv()
-	f, err := fleet.Start(ctx, fleet.Config{
-		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: "lock+version",
-		LogDir: filepath.Join(o.out, "logs"), Name: "ceiling", Env: unlimited,
-	})
+	f, err := ceilingFleet(ctx, o, dsn, token, "ceiling", unlimitedEnv())
 	if err != nil {
 		return nil, err
 	}
-	defer f.Stop()
-	urls := f.URLs()
+	defer func() { f.Stop() }() // the fleet running at the end
 	sku, soldOut := "ceiling-"+runID, "soldout-"+runID
-	for _, st := range []struct {
-		sku string
-		n   int
-	}{{sku, 1000}, {soldOut, 0}} {
-		if err := putStock(ctx, urls[0], token, st.sku, st.n); err != nil {
-			return nil, err
-		}
+	if err := putStock(ctx, f.URLs()[0], token, sku, 1000); err != nil {
+		return nil, err
 	}
-	tokens := make([]string, ceilingBuyers)
-	for i := range tokens {
-		if tokens[i], err = auth.Mint([]byte(fleet.JWTSecret), fmt.Sprintf("ceiling-%s-%d", runID, i), time.Hour, "", ""); err != nil {
-			return nil, err
-		}
+	if err := putStock(ctx, f.URLs()[0], token, soldOut, 0); err != nil {
+		return nil, err
 	}
-	clientIP := func(i int64, h http.Header) { h.Set("X-Forwarded-For", demoClientIP(int(i%(1<<24)))) }
-	body := []byte(fmt.Sprintf(`{"sku":%q,"quantity":1}`, soldOut))
-	base := driver.RateConfig{URLs: urls, Concurrency: o.ceiling.concurrency, Duration: o.ceiling.duration, MySQLDSN: dsn}
-	// flood is orders of the sold-out SKU, each with a key of its own.
-	flood := func(name, prefix string) driver.RateConfig {
-		return driver.RateConfig{Name: name, Method: http.MethodPost, Path: "/v1/orders", Want: http.StatusConflict,
-			Body: func(int64) []byte { return body },
-			Header: func(i int64, h http.Header) {
-				clientIP(i, h)
-				h.Set("Authorization", "Bearer "+tokens[i%ceilingBuyers])
-				h.Set("Content-Type", "application/json")
-				h.Set("Idempotency-Key", fmt.Sprintf("%s%s-%d", prefix, runID, i))
-			}}
-	}
-	kinds := []driver.RateConfig{
-		{Name: ceilingHealthz, Path: "/healthz"},
-		{Name: ceilingStock, Path: "/v1/stock/" + sku, Header: clientIP},
-		flood(ceilingSoldOut, "c"),
-		flood(ceilingSoldOutLimited, "l"), // on the second fleet: see the loop
+	kinds, err := ceilingKinds(runID, sku, soldOut)
+	if err != nil {
+		return nil, err
 	}
 	var out []driver.RateResult
-	for _, k := range kinds {
-		if k.Name == ceilingSoldOutLimited {
+	for _, cfg := range kinds {
+		if cfg.Name == ceilingSoldOutLimited {
 			f.Stop()
-			if f, err = fleet.Start(ctx, fleet.Config{
-				Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: "lock+version",
-				LogDir: filepath.Join(o.out, "logs"), Name: "ceiling-limited", Env: demoEnv,
-			}); err != nil {
+			if f, err = ceilingFleet(ctx, o, dsn, token, "ceiling-limited", demoEnv); err != nil {
 				return nil, err
 			}
-			defer f.Stop()
-			base.URLs = f.URLs()
 		}
-		cfg := base
-		cfg.Name, cfg.Method, cfg.Path, cfg.Want, cfg.Body, cfg.Header = k.Name, k.Method, k.Path, k.Want, k.Body, k.Header
-		_, _ = fmt.Fprintf(o.logw, "demo: ceiling: %s\n", k.Name)
+		cfg.URLs, cfg.Concurrency, cfg.Duration, cfg.MySQLDSN = f.URLs(), o.ceiling.concurrency, o.ceiling.duration, dsn
+		_, _ = fmt.Fprintf(o.logw, "demo: ceiling: %s\n", cfg.Name)
 		r, err := driver.MeasureRate(ctx, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w\n%s", k.Name, err, f.Logs())
+			return nil, fmt.Errorf("%s: %w\n%s", cfg.Name, err, f.Logs())
 		}
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-func putStock(ctx context.Context, url, token, sku string, n int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url+"/v1/admin/stock/"+sku, bytes.NewReader([]byte(fmt.Sprintf(`{"available":%d}`, n))))
+// ceilingFleet starts the ceiling's lock+version instances, named name,
+// with env.
+func ceilingFleet(ctx context.Context, o options, dsn, token, name string, env map[string]string) (*fleet.Fleet, error) {
+	return fleet.Start(ctx, fleet.Config{
+		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: "lock+version",
+		LogDir: filepath.Join(o.out, "logs"), Name: name, Env: env,
+	})
+}
+
+// ceilingKinds is the ceiling's measurements, without their URLs and
+// bounds: GET /healthz, GET the stock of sku, and the two floods of
+// orders for soldOut (each order with a key of its own, the buyers'
+// tokens taken in turn); every /v1 request claims its own client address.
+func ceilingKinds(runID, sku, soldOut string) ([]driver.RateConfig, error) {
+	tokens := make([]string, ceilingBuyers)
+	for i := range tokens {
+		var err error
+		if tokens[i], err = auth.Mint([]byte(fleet.JWTSecret), fmt.Sprintf("ceiling-%s-%d", runID, i), time.Hour, "", ""); err != nil {
+			return nil, err
+		}
+	}
+	clientIP := func(i int64) string { return demoClientIP(int(i % (1 << 24))) }
+	flood := func(name, prefix string) driver.RateConfig {
+		return driver.RateConfig{Name: name, Method: http.MethodPost, Path: api.Orders, Want: http.StatusConflict, ClientIP: clientIP,
+			Send: func(ctx context.Context, c *client.Client, i int64) (int, error) {
+				p, err := c.As(tokens[i%ceilingBuyers]).Place(ctx, fmt.Sprintf("%s%s-%d", prefix, runID, i), soldOut, 1)
+				return driver.PlacedStatus(p), err
+			}}
+	}
+	return []driver.RateConfig{
+		{Name: ceilingHealthz, Path: api.Healthz, Send: func(ctx context.Context, c *client.Client, _ int64) (int, error) {
+			return http.StatusOK, c.Healthz(ctx)
+		}},
+		{Name: ceilingStock, Path: api.Path(api.Stock, sku), ClientIP: clientIP, Send: func(ctx context.Context, c *client.Client, _ int64) (int, error) {
+			_, err := c.Stock(ctx, sku)
+			return http.StatusOK, err
+		}},
+		flood(ceilingSoldOut, "c"),
+		flood(ceilingSoldOutLimited, "l"), // on a fleet of its own: see measureCeiling
+	}, nil
+}
+
+// putStock sets sku's stock to n through the instance at url.
+func putStock(ctx context.Context, url, token, sku string, n int64) error {
+	c, err := client.New(url, client.WithToken(token))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("set stock of %s: %s", sku, resp.Status)
+	if _, err := c.SetStock(ctx, sku, client.StockSetting{Available: n}); err != nil {
+		return fmt.Errorf("set stock of %s: %w", sku, err)
 	}
 	return nil
 }
