@@ -21,7 +21,7 @@ vet: ## go vet
 FLAKE_ROUNDS ?= 5
 flake-check: ## the suite FLAKE_ROUNDS times under CPU burners; lists every test that failed once; docs/results/flake-check.md
 	@mkdir -p docs/results
-	$(GO) run ./loadtest/flakecheck -n $(FLAKE_ROUNDS) -report docs/results/flake-check.md ./...
+	$(GO) run ./cmd/flakecheck -n $(FLAKE_ROUNDS) -report docs/results/flake-check.md ./...
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT = $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
@@ -95,7 +95,7 @@ bench: ## the lock beside bsm/redislock and redsync, then the order batch's writ
 	@mkdir -p docs/results
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m . | tee ../$(BENCH_OUT)
 	$(GO) test -run '^$$' -bench Batch -benchmem -count=1 -timeout 10m ./internal/repo | tee -a $(BENCH_OUT)
-	$(GO) run ./loadtest/results -title "Lock benchmarks beside bsm/redislock and redsync; the order batch" -target bench \
+	$(GO) run ./cmd/results -title "Lock benchmarks beside bsm/redislock and redsync; the order batch" -target bench \
 		< $(BENCH_OUT) > docs/results/bench.md
 	rm -f $(BENCH_OUT)
 
@@ -131,20 +131,20 @@ demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK)
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
 	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -backends '$(DEMO_BACKENDS)' -out loadtest/report $(DEMO_FLAGS)
 demo: build ## the ceiling, then every strategy on three instances (sell-out proof, throughput, lifecycle), then the gates
-	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,sellout,throughput,lifecycle,gates -results docs/results/demo.md -gates-doc docs/results/gates.md -target demo
+	$(GO) run ./cmd/demo $(demo_args) -phases ceiling,sellout,throughput,lifecycle,gates -results docs/results/demo.md -gates-doc docs/results/gates.md -target demo
 
 demo-lifecycle: build ## every strategy under a payment window: reserve, pay, cancel, expire, checked from MySQL; docs/results/lifecycle.md
-	$(GO) run ./loadtest/demo $(demo_args) -phases lifecycle -results docs/results/lifecycle.md -target demo-lifecycle
+	$(GO) run ./cmd/demo $(demo_args) -phases lifecycle -results docs/results/lifecycle.md -target demo-lifecycle
 
 demo-throughput: build ## the ceiling and the throughput run only
-	$(GO) run ./loadtest/demo $(demo_args) -phases ceiling,throughput -results docs/results/demo-throughput.md -target demo-throughput
+	$(GO) run ./cmd/demo $(demo_args) -phases ceiling,throughput -results docs/results/demo-throughput.md -target demo-throughput
 
 demo-gates: build ## each STOCK_LOCK_BACKEND (DEMO_BACKENDS) with the backstop, then without it under a pause; docs/results/gates.md
-	$(GO) run ./loadtest/demo $(demo_args) -phases gates -gates-doc docs/results/gates.md -target demo-gates
+	$(GO) run ./cmd/demo $(demo_args) -phases gates -gates-doc docs/results/gates.md -target demo-gates
 
 demo-wrk: build ## /healthz and lock+version orders on one hot SKU under wrk; checks the sale in MySQL; docs/results/wrk.md
-	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -phases wrk -out loadtest/report -wrk-doc docs/results/wrk.md -target demo-wrk $(DEMO_FLAGS)
+	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -phases wrk -out loadtest/report -wrk-doc docs/results/wrk.md -target demo-wrk $(DEMO_FLAGS)
 
 profile: build ## a longer lock+version run with a CPU profile of one instance; docs/profile.md
-	$(GO) run ./loadtest/demo -bin bin/stock -strategies lock+version -tp-buyers 150000 \
+	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -tp-buyers 150000 \
 		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)

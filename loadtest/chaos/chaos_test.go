@@ -15,6 +15,7 @@ import (
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // full runs every scenario at full size (make chaos); otherwise the short
@@ -91,7 +92,7 @@ func TestChaos(t *testing.T) {
 		if path := os.Getenv("STOCK_CHAOS_REPORT"); path != "" {
 			ctx := context.Background()
 			m := driver.DetectMachine(ctx, testserver.SharedMySQL, testserver.SharedRedis)
-			doc := driver.Header("Fault matrix", "chaos", driver.Commit(ctx), time.Now(), m) + b.String()
+			doc := report.Header("Fault matrix", "chaos", report.Commit(ctx), time.Now(), m) + b.String()
 			// A report for people to read, at the path the operator chose
 			// (make chaos sets STOCK_CHAOS_REPORT).
 			err := os.MkdirAll(filepath.Dir(path), 0o755) //nolint:gosec // G301/G703: the operator's report directory, readable like the work tree

@@ -23,6 +23,7 @@ import (
 	"github.com/seckill/stock/internal/skulock/redlock"
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // The lock workload of package lockhistory on every gate, under each fault
@@ -357,7 +358,7 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 		b.WriteString("\n")
 	}
 	m := driver.DetectMachine(ctx, testserver.SharedMySQL, testserver.SharedRedis)
-	doc := driver.Header("Lock histories", "chaos", driver.Commit(ctx), time.Now(), m) + b.String()
+	doc := report.Header("Lock histories", "chaos", report.Commit(ctx), time.Now(), m) + b.String()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil { //nolint:gosec // G301: the operator's report directory
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // The binary is built once per test process, into a directory TestMain removes.
@@ -620,7 +621,7 @@ func fill(row *Row, res *driver.Result) {
 // summary is the driver's summary of a run, for failure messages and -v.
 func summary(res *driver.Result) string {
 	var b strings.Builder
-	driver.WriteSummary(&b, res)
+	report.WriteSummary(&b, res)
 	return b.String()
 }
 

@@ -2,10 +2,8 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/auth"
 )
 
@@ -77,12 +76,6 @@ type LifecycleResult struct {
 	Passed         bool             `json:"passed"`
 }
 
-// lifeOrder is the order JSON the scenario reads.
-type lifeOrder struct {
-	ID     int64  `json:"id"`
-	Status string `json:"status"`
-}
-
 // lifeAnswer is one answer about an order: its op, status and problem kind
 // or the order's status in a 200.
 type lifeAnswer struct {
@@ -112,14 +105,15 @@ func RunLifecycle(ctx context.Context, cfg LifecycleConfig) (*LifecycleResult, e
 			return nil, fmt.Errorf("driver: lifecycle: %q is not a loopback URL", raw)
 		}
 	}
-	tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 2 * cfg.Concurrency, IdleConnTimeout: 60 * time.Second}
+	tr := newTransport(2 * cfg.Concurrency)
 	defer tr.CloseIdleConnections()
-	run := &lifeRun{cfg: cfg, answers: map[int64][]lifeAnswer{},
-		r: &runner{cfg: Config{URLs: cfg.URLs, AdminToken: cfg.AdminToken, ReadyTimeout: 30 * time.Second},
-			client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, runID: NewRunID()}}
-	run.sku = "life-" + run.r.runID
-	run.r.sku = run.sku
+	r, err := newRunner(Config{URLs: cfg.URLs, AdminToken: cfg.AdminToken, ReadyTimeout: 30 * time.Second, RequestTimeout: 10 * time.Second}, tr)
+	if err != nil {
+		return nil, err
+	}
+	run := &lifeRun{cfg: cfg, answers: map[int64][]lifeAnswer{}, r: r}
+	run.sku = "life-" + r.runID
+	r.sku = run.sku
 	run.res = &LifecycleResult{Label: cfg.Label, SKU: run.sku, Stock: cfg.Stock, Window: cfg.Window, ExpectOversell: cfg.ExpectOversell,
 		Reported: cfg.Reported}
 	if err := run.setup(ctx); err != nil {
@@ -145,19 +139,12 @@ func (l *lifeRun) logf(format string, args ...any) {
 
 // setup waits for every instance and sets the stock, limit and window.
 func (l *lifeRun) setup(ctx context.Context) error {
-	for _, base := range l.cfg.URLs {
-		if err := l.r.waitReady(ctx, base); err != nil {
-			return err
-		}
+	if err := l.r.waitReady(ctx); err != nil {
+		return err
 	}
-	body, _ := json.Marshal(map[string]int64{"available": l.cfg.Stock, "per_buyer_limit": l.cfg.PerBuyerLimit,
-		"payment_window_seconds": int64(l.cfg.Window)})
-	status, out, err := l.r.do(ctx, http.MethodPut, l.cfg.URLs[0]+"/v1/admin/stock/"+l.sku, body, l.r.adminHeaders())
-	if err != nil {
-		return fmt.Errorf("driver: lifecycle: PUT stock: %w", err)
-	}
-	if status != http.StatusOK {
-		return fmt.Errorf("driver: lifecycle: PUT stock: %d %s", status, clip(out))
+	set := client.StockSetting{Available: l.cfg.Stock, PerBuyerLimit: l.cfg.PerBuyerLimit, PaymentWindowSeconds: int64(l.cfg.Window)}
+	if _, err := l.r.admin.SetStock(ctx, l.sku, set); err != nil {
+		return fmt.Errorf("driver: lifecycle: set the stock: %w", err)
 	}
 	return nil
 }
@@ -195,25 +182,24 @@ func (l *lifeRun) arrive(ctx context.Context, db *mysqlCheck) {
 
 // buyer places buyer j's order and, if it got one, sends its fate.
 func (l *lifeRun) buyer(ctx context.Context, j int, fates *sync.WaitGroup) {
-	sub := l.r.runID + "-b" + strconv.Itoa(j)
-	tok, _ := auth.Mint([]byte(l.cfg.JWTSecret), sub, time.Hour, "", "")
-	h := http.Header{"Authorization": {"Bearer " + tok}, "Idempotency-Key": {l.r.runID + "-" + strconv.Itoa(j)}}
-	body := []byte(`{"sku":"` + l.sku + `","quantity":1}`)
+	tok, _ := auth.Mint([]byte(l.cfg.JWTSecret), l.r.runID+"-b"+strconv.Itoa(j), time.Hour, "", "")
+	key := l.r.runID + "-" + strconv.Itoa(j)
 	l.mu.Lock()
 	l.res.Buyers++
 	l.mu.Unlock()
 	for try := range 6 {
-		a, d, err := l.r.send(ctx, http.MethodPost, l.cfg.URLs[(j+try)%len(l.cfg.URLs)]+"/v1/orders", body, h)
-		if err == nil && (a.status == http.StatusCreated || a.status == http.StatusOK) {
-			var o lifeOrder
-			_ = json.Unmarshal(a.body, &o)
+		t0 := time.Now()
+		o, err := l.r.apis[(j+try)%len(l.cfg.URLs)].As(tok).Place(ctx, key, l.sku, 1)
+		d := time.Since(t0)
+		a, answered := answerOf(PlacedStatus(o), err)
+		if err == nil {
 			l.record(o.ID, "order", a.status, o.Status, d)
-			if o.Status == "reserved" {
-				fates.Go(func() { l.fate(ctx, j, o.ID, "Bearer "+tok) })
+			if o.Status == client.StatusReserved {
+				fates.Go(func() { l.fate(ctx, j, o.ID, tok) })
 			}
 			return
 		}
-		if err == nil && a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable {
+		if answered && a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable {
 			return // sold out, or refused: this buyer is done
 		}
 		time.Sleep(backoff(a.retryAfter, try))
@@ -222,30 +208,30 @@ func (l *lifeRun) buyer(ctx context.Context, j int, fates *sync.WaitGroup) {
 
 // fate is what winner j does: never pay (every third), cancel (every
 // tenth), or confirm, early or up to a quarter of the window late.
-func (l *lifeRun) fate(ctx context.Context, j int, id int64, buyerAuth string) {
+func (l *lifeRun) fate(ctx context.Context, j int, id int64, buyerToken string) {
 	w := time.Duration(l.cfg.Window) * time.Second
-	op, auth, wait := "confirm", "Bearer "+l.cfg.PaymentToken, time.Duration(mrand.Int64N(int64(w*5/4))) //nolint:gosec // G404: a buyer's whim, not a secret
+	op, wait := "confirm", time.Duration(mrand.Int64N(int64(w*5/4))) //nolint:gosec // G404: a buyer's whim, not a secret
 	switch {
 	case l.cfg.AllConfirm:
 		wait = 0
 	case j%3 == 0:
 		return
 	case j%10 == 1:
-		op, auth, wait = "cancel", buyerAuth, time.Duration(mrand.Int64N(int64(w/2))) //nolint:gosec // G404: a buyer's whim, not a secret
+		op, wait = "cancel", time.Duration(mrand.Int64N(int64(w/2))) //nolint:gosec // G404: a buyer's whim, not a secret
 	}
 	time.Sleep(wait)
-	u := fmt.Sprintf("%s/v1/orders/%d/cancel", l.cfg.URLs[j%len(l.cfg.URLs)], id)
-	if op == "confirm" {
-		u = fmt.Sprintf("%s/v1/admin/orders/%d/confirm", l.cfg.URLs[j%len(l.cfg.URLs)], id)
+	c := l.r.apis[j%len(l.cfg.URLs)]
+	send := func() (client.Order, error) { return c.As(l.cfg.PaymentToken).Confirm(ctx, id, "") }
+	if op == "cancel" {
+		send = func() (client.Order, error) { return c.As(buyerToken).Cancel(ctx, id) }
 	}
 	for try := range 6 {
-		a, d, err := l.r.send(ctx, http.MethodPost, u, nil, http.Header{"Authorization": {auth}})
-		if err == nil && a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable {
-			var o lifeOrder
-			if a.status == http.StatusOK {
-				_ = json.Unmarshal(a.body, &o)
-			}
-			l.record(id, op, a.status, o.Status+a.problem(), d)
+		t0 := time.Now()
+		o, err := send()
+		d := time.Since(t0)
+		a, answered := answerOf(http.StatusOK, err)
+		if answered && a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable {
+			l.record(id, op, a.status, o.Status+a.problem, d)
 			return
 		}
 		time.Sleep(backoff(a.retryAfter, try))

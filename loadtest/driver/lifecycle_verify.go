@@ -99,7 +99,7 @@ func (l *lifeRun) verify(ctx context.Context, db *mysqlCheck) error {
 	l.check("no reservation left past its deadline", res.ByStatus["reserved"] == 0, false,
 		"%d orders still reserved", res.ByStatus["reserved"])
 	l.checkAnswers(rows)
-	a, err := l.r.audit(ctx, l.cfg.URLs[0])
+	a, err := l.r.audit(ctx)
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,12 @@ package driver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"runtime"
 	"sort"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/seckill/stock/client"
 )
 
 // Metrics is what the instances' /metrics said about the run: the change of
@@ -70,22 +71,28 @@ type sample struct {
 
 type scrape []sample
 
+// scrapeAll reads every instance's metrics; an instance that did not
+// answer has none.
 func (r *runner) scrapeAll(ctx context.Context) []scrape {
-	out := make([]scrape, len(r.cfg.URLs))
-	for i, base := range r.cfg.URLs {
-		status, body, err := r.do(ctx, http.MethodGet, base+"/metrics", nil, nil)
-		if err != nil || status != http.StatusOK {
-			r.logf("scrape %s/metrics: status %d: %v", base, status, err)
-			continue
-		}
-		s, err := parseMetrics(strings.NewReader(string(body)))
+	out := make([]scrape, len(r.apis))
+	for i, c := range r.apis {
+		s, err := scrapeOf(ctx, c)
 		if err != nil {
-			r.logf("scrape %s/metrics: %v", base, err)
+			r.logf("scrape %s/metrics: %v", c.BaseURL(), err)
 			continue
 		}
 		out[i] = s
 	}
 	return out
+}
+
+// scrapeOf reads and parses c's metrics.
+func scrapeOf(ctx context.Context, c *client.Client) (scrape, error) {
+	text, err := c.Metrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(bytes.NewReader(text))
 }
 
 // ScrapeMetrics reads base/metrics once and returns its counters as they
@@ -94,21 +101,13 @@ func (r *runner) scrapeAll(ctx context.Context) []scrape {
 func ScrapeMetrics(ctx context.Context, base string) (InstanceMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
+	c, err := client.New(base)
 	if err != nil {
-		return InstanceMetrics{}, err
+		return InstanceMetrics{}, fmt.Errorf("driver: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	s, err := scrapeOf(ctx, c)
 	if err != nil {
-		return InstanceMetrics{}, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return InstanceMetrics{}, fmt.Errorf("driver: %s/metrics: status %d", base, resp.StatusCode)
-	}
-	s, err := parseMetrics(resp.Body)
-	if err != nil {
-		return InstanceMetrics{}, err
+		return InstanceMetrics{}, fmt.Errorf("driver: %s/metrics: %w", base, err)
 	}
 	return instanceMetrics(base, s), nil
 }
@@ -354,6 +353,7 @@ type Machine struct {
 	MemoryMiB int64  `json:"memory_mib,omitempty"`
 }
 
+// machine is DetectMachine.
 func machine(ctx context.Context, dsn, redisAddr string) Machine {
 	m := Machine{Cores: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -390,4 +390,10 @@ func machine(ctx context.Context, dsn, redisAddr string) Machine {
 		_ = c.Close()
 	}
 	return m
+}
+
+// DetectMachine describes this machine and the MySQL (dsn) and Redis
+// (redisAddr) servers, for the header of a results file.
+func DetectMachine(ctx context.Context, dsn, redisAddr string) Machine {
+	return machine(ctx, dsn, redisAddr)
 }

@@ -1,19 +1,18 @@
 package driver
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seckill/stock/client"
 )
 
 // RateConfig is a closed-loop rate measurement of one kind of request: a
@@ -21,18 +20,25 @@ import (
 // for Duration after Warmup. It is the ceiling the strategies' orders/s are
 // compared with (GET /healthz, GET /v1/stock), and the sold-out flood.
 type RateConfig struct {
-	Name        string
-	URLs        []string
-	Method      string // default GET
-	Path        string
-	Body        func(i int64) []byte         // the i-th request's body; nil: none
-	Header      func(i int64, h http.Header) // sets the i-th request's headers; nil: none
-	Want        int                          // the status that counts as answered (default 200)
-	Concurrency int                          // default 240
-	Duration    time.Duration                // measured, default 5s
-	Warmup      time.Duration                // before measuring, default 1s
-	MySQLDSN    string                       // if set, MySQL statements per request are counted
-	Timeout     time.Duration                // per request, default 10s
+	Name string
+	URLs []string
+	// Method and Path name the request Send sends, for the report.
+	Method string // default GET
+	Path   string
+	// Send sends the i-th request through c (the client of one of the
+	// URLs, without a token) and returns the status its 2xx answer has; a
+	// *client.Problem counts as its status, any other error as a
+	// transport error.
+	Send func(ctx context.Context, c *client.Client, i int64) (int, error)
+	// ClientIP, if set, is the address the i-th request claims to come
+	// from (X-Forwarded-For).
+	ClientIP    func(i int64) string
+	Want        int           // the status that counts as answered (default 200)
+	Concurrency int           // default 240
+	Duration    time.Duration // measured, default 5s
+	Warmup      time.Duration // before measuring, default 1s
+	MySQLDSN    string        // if set, MySQL statements per request are counted
+	Timeout     time.Duration // per request, default 10s
 }
 
 // RateResult is what a rate measurement saw in its measured window.
@@ -56,23 +62,18 @@ type RateResult struct {
 
 // MeasureRate runs cfg and reports the measured window.
 func MeasureRate(ctx context.Context, cfg RateConfig) (RateResult, error) {
-	if len(cfg.URLs) == 0 || cfg.Path == "" {
-		return RateResult{}, errors.New("driver: rate: URLs and Path are required")
+	if len(cfg.URLs) == 0 || cfg.Path == "" || cfg.Send == nil {
+		return RateResult{}, errors.New("driver: rate: URLs, Path and Send are required")
 	}
 	cfg = cfg.withDefaults()
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConns:        2 * cfg.Concurrency,
-		MaxIdleConnsPerHost: cfg.Concurrency,
-		IdleConnTimeout:     60 * time.Second,
-		DisableCompression:  true,
-	}
+	tr := newTransport(cfg.Concurrency)
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: cfg.Timeout}
+	apis, err := newClients(cfg.URLs, tr, cfg.Timeout)
+	if err != nil {
+		return RateResult{}, fmt.Errorf("driver: rate: %w", err)
+	}
 	var db *sql.DB
 	if cfg.MySQLDSN != "" {
-		var err error
 		if db, err = sql.Open("mysql", cfg.MySQLDSN); err != nil {
 			return RateResult{}, err
 		}
@@ -85,7 +86,7 @@ func MeasureRate(ctx context.Context, cfg RateConfig) (RateResult, error) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for w := range cfg.Concurrency {
-		wg.Go(func() { t.work(wctx, client, cfg, w) })
+		wg.Go(func() { t.work(wctx, apis, cfg, w) })
 	}
 	res := RateResult{Name: cfg.Name, Method: cfg.Method, Path: cfg.Path, Concurrency: cfg.Concurrency, MySQLPerRequest: -1}
 	elapsed, q, err := t.window(ctx, db, cfg)
@@ -135,32 +136,27 @@ type rateTally struct {
 
 // work is worker w: it sends cfg's requests until ctx ends, counting the
 // answers and latencies of those sent and answered inside the window.
-func (t *rateTally) work(ctx context.Context, client *http.Client, cfg RateConfig, w int) {
+func (t *rateTally) work(ctx context.Context, apis []*client.Client, cfg RateConfig, w int) {
 	var mine []time.Duration
 	st := map[int]int64{}
 	var e int64
 	for ctx.Err() == nil {
 		i := t.next.Add(1) - 1
-		req, err := rateRequest(ctx, cfg, i, cfg.URLs[(int(i)+w)%len(cfg.URLs)]+cfg.Path)
-		if err != nil {
-			e++
-			continue
+		rctx := ctx
+		if cfg.ClientIP != nil {
+			rctx = withClientIP(ctx, cfg.ClientIP(i))
 		}
 		on := t.measuring.Load()
 		t0 := time.Now()
-		resp, err := client.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-		}
+		a, answered := answerOf(cfg.Send(rctx, apis[(int(i)+w)%len(apis)], i))
 		switch {
 		case !on || !t.measuring.Load(): // warm-up, or the window closed meanwhile
-		case err != nil:
+		case !answered:
 			if ctx.Err() == nil {
 				e++
 			}
 		default:
-			st[resp.StatusCode]++
+			st[a.status]++
 			mine = append(mine, time.Since(t0))
 		}
 	}
@@ -171,19 +167,6 @@ func (t *rateTally) work(ctx context.Context, client *http.Client, cfg RateConfi
 		t.statuses[strconv.Itoa(k)] += v
 	}
 	t.errs += e
-}
-
-// rateRequest is request i of cfg, sent to url.
-func rateRequest(ctx context.Context, cfg RateConfig, i int64, url string) (*http.Request, error) {
-	var body io.Reader
-	if cfg.Body != nil {
-		body = bytes.NewReader(cfg.Body(i))
-	}
-	req, err := http.NewRequestWithContext(ctx, cfg.Method, url, body)
-	if err == nil && cfg.Header != nil {
-		cfg.Header(i, req.Header)
-	}
-	return req, err
 }
 
 // window waits out the warm-up, then opens the measured window for

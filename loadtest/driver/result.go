@@ -1,6 +1,10 @@
 package driver
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Result is everything one run measured and proved. The JSON field names are
 // the report format.
@@ -143,3 +147,44 @@ type Check struct {
 	Liveness bool   `json:"liveness,omitempty"`
 	Detail   string `json:"detail,omitempty"`
 }
+
+// RSS formats each instance's peak RSS in MiB ("31/30/32"), or the RSS at the
+// end of the run from /metrics when no peak is known.
+func (res *Result) RSS() string {
+	var parts []string
+	for _, in := range res.Instances {
+		if in.PeakRSSBytes > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f", float64(in.PeakRSSBytes)/mib))
+		}
+	}
+	if len(parts) > 0 {
+		return strings.Join(parts, "/")
+	}
+	for _, m := range res.Metrics.Instances {
+		if m.RSSBytes > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f", m.RSSBytes/mib))
+		}
+	}
+	if len(parts) > 0 {
+		return "~" + strings.Join(parts, "/")
+	}
+	return "-"
+}
+
+// Verdict is PASS; DETECTED for an expected oversell that was caught; SHORT
+// when nothing unsafe happened but buyers gave up, so less than
+// min(stock, demand) was sold; or FAIL.
+func (res *Result) Verdict() string {
+	switch {
+	case !res.Safe:
+		return "FAIL"
+	case !res.Passed:
+		return "SHORT"
+	case res.ExpectOversell:
+		return "DETECTED"
+	}
+	return "PASS"
+}
+
+// mib is a mebibyte.
+const mib = 1 << 20

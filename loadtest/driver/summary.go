@@ -4,7 +4,6 @@ import (
 	"math"
 	"net/http"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -128,11 +127,4 @@ func tallyOf(attempts []attempt, buyers []buyer, in func(buyer int) bool) tally 
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
-func clip(b []byte) string {
-	if len(b) > 200 {
-		b = b[:200]
-	}
-	return strings.TrimSpace(string(b))
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/testserver"
 )
@@ -82,7 +83,7 @@ func (r *mysqlRig) order(buyerSub, key string, q int) int64 {
 }
 
 func (r *mysqlRig) ack(buyer int, id int64, q int) ack {
-	return ack{buyer: buyer, status: 201, order: orderBody{ID: id, Key: keyOf(r.runID, buyer), SKU: r.sku, Quantity: q}}
+	return ack{buyer: buyer, status: 201, order: client.Order{ID: id, Key: keyOf(r.runID, buyer), SKU: r.sku, Quantity: q}}
 }
 
 func (r *mysqlRig) verify(cfg Config, acks []ack, buyers []buyer) (*Result, *MySQLState) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // lifecycleOpts sizes the lifecycle phase.
@@ -57,7 +58,7 @@ func runLifecycle(ctx context.Context, o options, runID, token string, stdout io
 		"none and counter (plain writes, nothing serializing them) must be caught; lock, which writes absolute values under its lock, may lose returns made outside it (reported, not required). The `+ all pay` row is lock+version with every winner confirming at once: no returns, the control for what they cost.",
 		lo.stock, lo.window, lo.rate, lo.duration, lo.concurrency, o.instances)
 	_, _ = fmt.Fprintf(stdout, "\nLifecycle: %s\n", note)
-	head, rows := driver.LifecycleRows(out)
+	head, rows := report.LifecycleRows(out)
 	_, _ = fmt.Fprintln(stdout, "  "+strings.Join(head, " | "))
 	for _, r := range rows {
 		_, _ = fmt.Fprintln(stdout, "  "+strings.Join(r, " | "))

@@ -17,6 +17,7 @@ import (
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // gatesOpts sizes the gates phase: each lock backend (STOCK_LOCK_BACKEND)
@@ -71,91 +72,121 @@ func runGates(ctx context.Context, o options, runID, token string) ([]gateResult
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	var servers []*fleet.Redis
-	defer func() {
-		for _, s := range servers {
-			s.Kill()
-		}
-	}()
-	for i := range 4 {
-		s, err := fleet.StartRedis(ctx, filepath.Join(dir, fmt.Sprint(i)))
+	gs, err := startGateServers(ctx, o, dir)
+	defer gs.kill()
+	if err != nil {
+		return nil, err
+	}
+	var out []gateResult
+	for _, b := range o.gates.backends {
+		gr, err := gs.exactRun(ctx, o, b, runID, token)
 		if err != nil {
 			return nil, err
 		}
-		servers = append(servers, s)
+		if gr.pause, gr.pausedNote, err = pauseRun(ctx, o, b, gs.redis[0].Addr, gs.stores, runID, token); err != nil {
+			return nil, fmt.Errorf("gates, %s, pause: %w", b, err)
+		}
+		_, _ = fmt.Fprintf(o.logw, "demo: gates: %s: %.0f orders/s exact (%s); under a pause without the backstop: oversold %d, lost updates %d\n",
+			b, gr.exact.OrdersPerSec, gr.exact.Verdict(), gr.pause.Oversold, gr.pause.LostUpdates)
+		out = append(out, gr)
 	}
-	var st gateStores
-	for _, s := range servers[1:] {
-		st.masters = append(st.masters, s.Addr)
+	return out, nil
+}
+
+// gateServers is the gates' private servers: redis[0] the instances'
+// Redis, redis[1:] the Redlock masters, and etcd when a backend needs it.
+type gateServers struct {
+	redis  []*fleet.Redis
+	etcd   *fleet.Etcd
+	stores gateStores
+}
+
+// startGateServers starts the gates' servers under dir; kill stops
+// those started, even after an error.
+func startGateServers(ctx context.Context, o options, dir string) (*gateServers, error) {
+	gs := &gateServers{}
+	for i := range 4 {
+		s, err := fleet.StartRedis(ctx, filepath.Join(dir, fmt.Sprint(i)))
+		if err != nil {
+			return gs, err
+		}
+		gs.redis = append(gs.redis, s)
+	}
+	for _, s := range gs.redis[1:] {
+		gs.stores.masters = append(gs.stores.masters, s.Addr)
 	}
 	if slices.Contains(o.gates.backends, skulock.BackendEtcd) {
 		e, err := fleet.StartEtcd(ctx, filepath.Join(dir, "etcd"))
 		if err != nil {
-			return nil, err
+			return gs, err
 		}
-		defer e.Kill()
-		st.etcd = e.Endpoint
+		gs.etcd, gs.stores.etcd = e, e.Endpoint
 	}
-	commands := func() int64 {
-		var n int64
-		for _, s := range servers {
-			c, err := s.Commands(ctx)
-			if err != nil {
-				_, _ = fmt.Fprintf(o.logw, "demo: gates: %v\n", err)
-			}
-			n += c
+	return gs, nil
+}
+
+// kill stops every server started.
+func (gs *gateServers) kill() {
+	for _, s := range gs.redis {
+		s.Kill()
+	}
+	if gs.etcd != nil {
+		gs.etcd.Kill()
+	}
+}
+
+// commands is the Redis commands all the servers ran so far.
+func (gs *gateServers) commands(ctx context.Context, logw io.Writer) int64 {
+	var n int64
+	for _, s := range gs.redis {
+		c, err := s.Commands(ctx)
+		if err != nil {
+			_, _ = fmt.Fprintf(logw, "demo: gates: %v\n", err)
 		}
-		return n
+		n += c
+	}
+	return n
+}
+
+// exactRun is backend b's exact run, with the backstop on, and its Redis
+// commands and MySQL statements per order.
+func (gs *gateServers) exactRun(ctx context.Context, o options, b, runID, token string) (gateResult, error) {
+	gr := gateResult{backend: b}
+	dsn, drop, err := freshDB(ctx, o, "stock_demo_gate_"+b+"_"+runID)
+	if err != nil {
+		return gr, err
+	}
+	defer drop()
+	f, err := fleet.Start(ctx, fleet.Config{Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: gs.redis[0].Addr, AdminToken: token,
+		Strategy: "lock+version", LogDir: filepath.Join(o.out, "logs"), Name: "gates-" + b, Env: gateEnv(b, gs.stores)})
+	if err != nil {
+		return gr, err
+	}
+	mdb, err := sql.Open("mysql", dsn)
+	if err != nil {
+		f.Stop()
+		return gr, err
 	}
 	g := o.gates
-	var out []gateResult
-	for _, b := range g.backends {
-		gr := gateResult{backend: b}
-		// The exact run.
-		dsn, drop, err := freshDB(ctx, o, "stock_demo_gate_"+b+"_"+runID)
-		if err != nil {
-			return nil, err
-		}
-		f, err := fleet.Start(ctx, fleet.Config{Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: servers[0].Addr, AdminToken: token,
-			Strategy: "lock+version", LogDir: filepath.Join(o.out, "logs"), Name: "gates-" + b, Env: gateEnv(b, st)})
-		if err != nil {
-			drop()
-			return nil, err
-		}
-		mdb, err := sql.Open("mysql", dsn)
-		if err != nil {
-			f.Stop()
-			drop()
-			return nil, err
-		}
-		r0, q0 := commands(), questionsOf(ctx, mdb)
-		res, err := driver.Run(ctx, driver.Config{
-			URLs: f.URLs(), Stock: g.stock, Buyers: int(g.stock), Concurrency: g.concurrency, Quantity: 1,
-			AdminToken: token, JWTSecret: fleet.JWTSecret, Retries: o.retries, Duration: 2 * time.Minute, MySQLDSN: dsn,
-			RedisAddr: servers[0].Addr, Label: b, Log: o.logw, ClientIP: demoClientIP,
-		})
-		r1, q1 := commands(), questionsOf(ctx, mdb)
-		_ = mdb.Close()
-		stopped := f.Stop()
-		drop()
-		if err != nil {
-			return nil, fmt.Errorf("gates, %s: %w\n%s", b, err, f.Logs())
-		}
-		res.Instances = stopped
-		if res.Created > 0 {
-			gr.redisPer = float64(r1-r0) / float64(res.Created)
-			gr.mysqlPer = float64(q1-q0) / float64(res.Created)
-		}
-		gr.exact = res
-		// The pause run.
-		if gr.pause, gr.pausedNote, err = pauseRun(ctx, o, b, servers[0].Addr, st, runID, token); err != nil {
-			return nil, fmt.Errorf("gates, %s, pause: %w", b, err)
-		}
-		_, _ = fmt.Fprintf(o.logw, "demo: gates: %s: %.0f orders/s exact (%s); under a pause without the backstop: oversold %d, lost updates %d\n",
-			b, res.OrdersPerSec, res.Verdict(), gr.pause.Oversold, gr.pause.LostUpdates)
-		out = append(out, gr)
+	r0, q0 := gs.commands(ctx, o.logw), questionsOf(ctx, mdb)
+	res, err := driver.Run(ctx, driver.Config{
+		URLs: f.URLs(), Stock: g.stock, Buyers: int(g.stock), Concurrency: g.concurrency, Quantity: 1,
+		AdminToken: token, JWTSecret: fleet.JWTSecret, Retries: o.retries, Duration: 2 * time.Minute, MySQLDSN: dsn,
+		RedisAddr: gs.redis[0].Addr, Label: b, Log: o.logw, ClientIP: demoClientIP,
+	})
+	r1, q1 := gs.commands(ctx, o.logw), questionsOf(ctx, mdb)
+	_ = mdb.Close()
+	stopped := f.Stop()
+	if err != nil {
+		return gr, fmt.Errorf("gates, %s: %w\n%s", b, err, f.Logs())
 	}
-	return out, nil
+	res.Instances = stopped
+	if res.Created > 0 {
+		gr.redisPer = float64(r1-r0) / float64(res.Created)
+		gr.mysqlPer = float64(q1-q0) / float64(res.Created)
+	}
+	gr.exact = res
+	return gr, nil
 }
 
 // questionsOf is MySQL's statement count (every client of the server).
@@ -265,10 +296,10 @@ func pauseInTrx(ctx context.Context, db *sql.DB, f *fleet.Fleet, sku string) (*f
 // gatesSections are the gates phase's runs for the report: the exact runs
 // (they must pass), and the pause runs (reported, not required: they show
 // what each gate does without the backstop).
-func gatesSections(gs []gateResult, g *gatesOpts) (exact, pause driver.Section) {
-	exact = driver.Section{Title: fmt.Sprintf("Gates, backstop on: lock+version on each STOCK_LOCK_BACKEND, %d units for %d buyers, %d concurrent", g.stock, g.stock, g.concurrency),
+func gatesSections(gs []gateResult, g *gatesOpts) (exact, pause report.Section) {
+	exact = report.Section{Title: fmt.Sprintf("Gates, backstop on: lock+version on each STOCK_LOCK_BACKEND, %d units for %d buyers, %d concurrent", g.stock, g.stock, g.concurrency),
 		Note: "Every run must sell exactly the stock. Redis commands per order count every server the instances use (the Redlock masters too)."}
-	pause = driver.Section{Title: fmt.Sprintf("Gates, backstop off: the lock strategy on each backend, the holder paused 2.5s past its 1s lease, %d units", g.pauseStock),
+	pause = report.Section{Title: fmt.Sprintf("Gates, backstop off: the lock strategy on each backend, the holder paused 2.5s past its 1s lease, %d units", g.pauseStock),
 		Note: "No backstop: a holder resumed after its lease has expired writes a stale value. The oversell is the finding, not a failure.", SafetyOnly: true}
 	for _, r := range gs {
 		exact.Runs = append(exact.Runs, r.exact)
@@ -303,7 +334,7 @@ func writeGatesDoc(ctx context.Context, path string, o options, gs []gateResult)
 	var b strings.Builder
 	m := gs[0].exact.Machine
 	g := o.gates
-	b.WriteString(driver.Header("The gates side by side", o.target, driver.Commit(ctx), time.Now(), m))
+	b.WriteString(report.Header("The gates side by side", o.target, report.Commit(ctx), time.Now(), m))
 	b.WriteString("MySQL's statement count is the server's, so it includes other clients'.\n\n")
 	fmt.Fprintf(&b, "%d instances per run on one hot SKU. **Backstop on**: `lock+version` (the versioned UPDATE), %d units for %d buyers, %d concurrent: "+
 		"every run must sell exactly the stock. Redis commands are counted on every server the instances use (one Redis; for redlock also its three masters), "+

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // errFailed is returned when the run completed but did not pass.
@@ -67,15 +68,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	driver.WriteSummary(stdout, res)
-	rep := driver.NewReport("seckill: "+res.Label, driver.Section{Title: res.Label, Runs: []*driver.Result{res}})
+	report.WriteSummary(stdout, res)
+	rep := report.NewReport("seckill: "+res.Label, report.Section{Title: res.Label, Runs: []*driver.Result{res}})
 	if *jsonPath != "" {
-		if err := driver.WriteFile(*jsonPath, func(w io.Writer) error { return driver.WriteJSON(w, rep) }); err != nil {
+		if err := report.WriteFile(*jsonPath, func(w io.Writer) error { return report.WriteJSON(w, rep) }); err != nil {
 			return err
 		}
 	}
 	if *htmlPath != "" {
-		if err := driver.WriteFile(*htmlPath, func(w io.Writer) error { return driver.WriteHTML(w, rep) }); err != nil {
+		if err := report.WriteFile(*htmlPath, func(w io.Writer) error { return report.WriteHTML(w, rep) }); err != nil {
 			return err
 		}
 	}

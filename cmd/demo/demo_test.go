@@ -10,6 +10,7 @@ import (
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // TestProof is the short version of `make demo`: the real binary, three
@@ -74,7 +75,7 @@ func TestProof(t *testing.T) {
 				}
 			}
 			var out strings.Builder
-			driver.WriteSummary(&out, res)
+			report.WriteSummary(&out, res)
 			t.Log(out.String())
 			if !res.Passed {
 				t.Fatalf("strategy %s: run failed: %+v", tc.strategy, res.Failed())

@@ -19,6 +19,7 @@ import (
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // strategies is every STOCK_STRATEGY, in the order of the README table.
@@ -125,10 +126,6 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk")
 		backends   = fs.String("backends", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Backends(), ","))
 		pf         = phaseFlags{strats: strats, phases: phases, backends: backends, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
-		gates      = &pf.gates
-		ceil       = &pf.ceil
-		sell       = &pf.sell
-		tp         = &pf.tp
 		quiet      = fs.Bool("q", false, "no progress lines")
 		defaultOut = filepath.Join("loadtest", "report")
 	)
@@ -141,35 +138,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.results, "results", "", "also write the report as a Markdown results file here (make demo: docs/results/demo.md)")
 	fs.StringVar(&o.target, "target", "demo", "the make target named in the results file's header")
 	fs.IntVar(&o.retries, "retries", 3, "retries of one order, same key, on 429/502/503/504/no response")
-	fs.DurationVar(&sell.duration, "duration", 3*time.Minute, "sellout: cap on each run's buying phase")
 	fs.BoolVar(&o.keepDB, "keep-db", false, "keep each run's database (default: dropped after the run)")
-	fs.Int64Var(&sell.stock, "stock", 1000, "sellout: units of stock")
-	fs.IntVar(&sell.buyers, "buyers", 5000, "sellout: buyers, one order each")
-	fs.IntVar(&sell.concurrency, "concurrency", 200, "sellout: concurrent buyers")
-	fs.IntVar(&sell.quantity, "quantity", 1, "sellout: units per order")
-	fs.Int64Var(&tp.stock, "tp-stock", 1_000_000, "throughput: units of stock (enough not to sell out)")
-	fs.IntVar(&tp.buyers, "tp-buyers", 20_000, "throughput: buyers")
-	fs.IntVar(&tp.concurrency, "tp-concurrency", 200, "throughput: concurrent buyers")
-	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
-	fs.DurationVar(&tp.duration, "tp-duration", time.Minute, "throughput: cap on each run's buying phase")
-	fs.Int64Var(&tp.limit, "tp-limit", 0, "throughput: the SKU's per-buyer limit in units (0: none), to measure what enforcing it costs")
-	pf.tpRateLimit = fs.Bool("tp-rate-limit", false, "throughput: run the instances with the sell-out's per-IP rate limit (default: without, like the ceiling's instances)")
 	fs.StringVar(&o.profile, "profile", "", "write a CPU profile of one lock+version instance in the throughput phase to this markdown file (and the raw profile beside it)")
-	fs.IntVar(&ceil.concurrency, "ceiling-concurrency", 240, "ceiling: concurrent connections")
-	fs.DurationVar(&ceil.duration, "ceiling-duration", 5*time.Second, "ceiling: measured time of each request kind (after 1s of warm-up)")
-	fs.Int64Var(&gates.stock, "gates-stock", 5000, "gates: units of the exact run, one per buyer")
-	fs.IntVar(&gates.concurrency, "gates-concurrency", 200, "gates: concurrent buyers of the exact run")
-	fs.Int64Var(&gates.pauseStock, "gates-pause-stock", 200, "gates: units of the pause run (twice as many buyers, 20 concurrent)")
-	fs.StringVar(&gates.doc, "gates-doc", "", "gates: also write the comparison as a markdown document here")
-	fs.Int64Var(&pf.life.stock, "life-stock", 300, "lifecycle: units of stock")
-	fs.IntVar(&pf.life.window, "life-window", 3, "lifecycle: the payment window, seconds")
-	fs.Float64Var(&pf.life.rate, "life-rate", 150, "lifecycle: buyers arriving per second")
-	fs.DurationVar(&pf.life.duration, "life-duration", 15*time.Second, "lifecycle: how long buyers keep arriving")
-	fs.IntVar(&pf.life.concurrency, "life-concurrency", 100, "lifecycle: orders in flight at most")
-	fs.IntVar(&pf.wrk.connections, "wrk-connections", 201, "wrk: connections in all, split over the instances")
-	fs.DurationVar(&pf.wrk.duration, "wrk-duration", 30*time.Second, "wrk: duration of each request kind, all rounds together (whole seconds per round)")
-	fs.IntVar(&pf.wrk.rounds, "wrk-rounds", 3, "wrk: rounds of /healthz then orders, alternated")
-	fs.StringVar(&pf.wrk.doc, "wrk-doc", "", "wrk: also write the results as a markdown document here")
+	pf.register(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
 	}
@@ -191,6 +162,38 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 
 	return o, nil
+}
+
+// register defines the phases' flags on fs.
+func (pf *phaseFlags) register(fs *flag.FlagSet) {
+	sell, tp, ceil, gates := &pf.sell, &pf.tp, &pf.ceil, &pf.gates
+	pf.tpRateLimit = fs.Bool("tp-rate-limit", false, "throughput: run the instances with the sell-out's per-IP rate limit (default: without, like the ceiling's instances)")
+	fs.DurationVar(&sell.duration, "duration", 3*time.Minute, "sellout: cap on each run's buying phase")
+	fs.Int64Var(&sell.stock, "stock", 1000, "sellout: units of stock")
+	fs.IntVar(&sell.buyers, "buyers", 5000, "sellout: buyers, one order each")
+	fs.IntVar(&sell.concurrency, "concurrency", 200, "sellout: concurrent buyers")
+	fs.IntVar(&sell.quantity, "quantity", 1, "sellout: units per order")
+	fs.Int64Var(&tp.stock, "tp-stock", 1_000_000, "throughput: units of stock (enough not to sell out)")
+	fs.IntVar(&tp.buyers, "tp-buyers", 20_000, "throughput: buyers")
+	fs.IntVar(&tp.concurrency, "tp-concurrency", 200, "throughput: concurrent buyers")
+	fs.IntVar(&tp.quantity, "tp-quantity", 1, "throughput: units per order")
+	fs.DurationVar(&tp.duration, "tp-duration", time.Minute, "throughput: cap on each run's buying phase")
+	fs.Int64Var(&tp.limit, "tp-limit", 0, "throughput: the SKU's per-buyer limit in units (0: none), to measure what enforcing it costs")
+	fs.IntVar(&ceil.concurrency, "ceiling-concurrency", 240, "ceiling: concurrent connections")
+	fs.DurationVar(&ceil.duration, "ceiling-duration", 5*time.Second, "ceiling: measured time of each request kind (after 1s of warm-up)")
+	fs.Int64Var(&gates.stock, "gates-stock", 5000, "gates: units of the exact run, one per buyer")
+	fs.IntVar(&gates.concurrency, "gates-concurrency", 200, "gates: concurrent buyers of the exact run")
+	fs.Int64Var(&gates.pauseStock, "gates-pause-stock", 200, "gates: units of the pause run (twice as many buyers, 20 concurrent)")
+	fs.StringVar(&gates.doc, "gates-doc", "", "gates: also write the comparison as a markdown document here")
+	fs.Int64Var(&pf.life.stock, "life-stock", 300, "lifecycle: units of stock")
+	fs.IntVar(&pf.life.window, "life-window", 3, "lifecycle: the payment window, seconds")
+	fs.Float64Var(&pf.life.rate, "life-rate", 150, "lifecycle: buyers arriving per second")
+	fs.DurationVar(&pf.life.duration, "life-duration", 15*time.Second, "lifecycle: how long buyers keep arriving")
+	fs.IntVar(&pf.life.concurrency, "life-concurrency", 100, "lifecycle: orders in flight at most")
+	fs.IntVar(&pf.wrk.connections, "wrk-connections", 201, "wrk: connections in all, split over the instances")
+	fs.DurationVar(&pf.wrk.duration, "wrk-duration", 30*time.Second, "wrk: duration of each request kind, all rounds together (whole seconds per round)")
+	fs.IntVar(&pf.wrk.rounds, "wrk-rounds", 3, "wrk: rounds of /healthz then orders, alternated")
+	fs.StringVar(&pf.wrk.doc, "wrk-doc", "", "wrk: also write the results as a markdown document here")
 }
 
 // choosePhases sets o's strategies and phases from the flags.
@@ -257,15 +260,15 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 
 // writeReports writes the JSON and HTML reports, and the Markdown results
 // file if asked.
-func writeReports(ctx context.Context, o options, rep driver.Report, stdout io.Writer) error {
+func writeReports(ctx context.Context, o options, rep report.Report, stdout io.Writer) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil { //nolint:gosec // G301: the report directory, for people to read like the work tree
 		return err
 	}
-	for name, write := range map[string]func(io.Writer, driver.Report) error{
-		"report.json": func(w io.Writer, r driver.Report) error { return driver.WriteJSON(w, r) },
-		"report.html": driver.WriteHTML,
+	for name, write := range map[string]func(io.Writer, report.Report) error{
+		"report.json": func(w io.Writer, r report.Report) error { return report.WriteJSON(w, r) },
+		"report.html": report.WriteHTML,
 	} {
-		if err := driver.WriteFile(filepath.Join(o.out, name), func(w io.Writer) error { return write(w, rep) }); err != nil {
+		if err := report.WriteFile(filepath.Join(o.out, name), func(w io.Writer) error { return write(w, rep) }); err != nil {
 			return err
 		}
 	}
@@ -274,8 +277,8 @@ func writeReports(ctx context.Context, o options, rep driver.Report, stdout io.W
 		if err := os.MkdirAll(filepath.Dir(o.results), 0o755); err != nil { //nolint:gosec // G301: the results directory of the repo, for people to read
 			return err
 		}
-		commit := driver.Commit(ctx)
-		if err := driver.WriteFile(o.results, func(w io.Writer) error { return driver.WriteMarkdown(w, rep, o.target, commit) }); err != nil {
+		commit := report.Commit(ctx)
+		if err := report.WriteFile(o.results, func(w io.Writer) error { return report.WriteMarkdown(w, rep, o.target, commit) }); err != nil {
 			return err
 		}
 		_, _ = fmt.Fprintf(stdout, "results: %s\n", o.results)
@@ -284,24 +287,24 @@ func writeReports(ctx context.Context, o options, rep driver.Report, stdout io.W
 }
 
 // demo runs every phase for every strategy and prints each phase's table.
-func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, error) {
+func demo(ctx context.Context, o options, stdout io.Writer) (report.Report, error) {
 	runID := driver.NewRunID()
 	token := fleet.Secret()
 	ceiling, err := demoCeiling(ctx, o, runID, token, stdout)
 	if err != nil {
-		return driver.Report{}, err
+		return report.Report{}, err
 	}
-	var sections []driver.Section
+	var sections []report.Section
 	for _, p := range o.phases {
 		sec, err := demoPhase(ctx, o, p, runID, token, ceiling, stdout)
 		if err != nil {
-			return driver.Report{}, err
+			return report.Report{}, err
 		}
 		sections = append(sections, sec)
 	}
 	gs, err := demoGates(ctx, o, runID, token, stdout)
 	if err != nil {
-		return driver.Report{}, err
+		return report.Report{}, err
 	}
 	if gs != nil {
 		exact, _ := gatesSections(gs, o.gates)
@@ -311,15 +314,15 @@ func demo(ctx context.Context, o options, stdout io.Writer) (driver.Report, erro
 	var lifeNote string
 	if o.lifecycle != nil {
 		if life, lifeNote, err = runLifecycle(ctx, o, runID, token, stdout); err != nil {
-			return driver.Report{}, err
+			return report.Report{}, err
 		}
 	}
 	if o.wrk != nil {
 		if err := runWrkPhase(ctx, o, runID, token, stdout); err != nil {
-			return driver.Report{}, fmt.Errorf("wrk: %w", err)
+			return report.Report{}, fmt.Errorf("wrk: %w", err)
 		}
 	}
-	rep := driver.NewReport(fmt.Sprintf("seckill demo: %d instances per strategy", o.instances), sections...)
+	rep := report.NewReport(fmt.Sprintf("seckill demo: %d instances per strategy", o.instances), sections...)
 	if gs != nil {
 		// Reported, not required: the oversell of a gate without its
 		// backstop is the finding.
@@ -354,28 +357,28 @@ func demoCeiling(ctx context.Context, o options, runID, token string, stdout io.
 
 // demoPhase runs phase p for every strategy, prints its table and goals,
 // and returns its report section.
-func demoPhase(ctx context.Context, o options, p phase, runID, token string, ceiling []driver.RateResult, stdout io.Writer) (driver.Section, error) {
+func demoPhase(ctx context.Context, o options, p phase, runID, token string, ceiling []driver.RateResult, stdout io.Writer) (report.Section, error) {
 	var runs []*driver.Result
 	for _, s := range o.strategies {
 		res, err := demoRun(ctx, o, p, s, runID, token, ceiling, stdout)
 		if err != nil {
-			return driver.Section{}, err
+			return report.Section{}, err
 		}
 		runs = append(runs, res)
 		if !res.Passed {
 			_, _ = fmt.Fprintf(o.logw, "demo: %s/%s: %s\n", p.name, s, res.Verdict())
-			driver.WriteSummary(o.logw, res)
+			report.WriteSummary(o.logw, res)
 		}
 	}
 	g := goals(runs, p, ceiling)
 	_, _ = fmt.Fprintf(stdout, "\n%s\n", p.title)
-	if err := driver.WriteTable(stdout, runs); err != nil {
-		return driver.Section{}, err
+	if err := report.WriteTable(stdout, runs); err != nil {
+		return report.Section{}, err
 	}
 	for _, line := range g {
 		_, _ = fmt.Fprintln(stdout, "  "+line)
 	}
-	return driver.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs, SafetyOnly: p.safetyOnly}, nil
+	return report.Section{Title: p.title, Note: p.note + " " + strings.Join(g, " "), Runs: runs, SafetyOnly: p.safetyOnly}, nil
 }
 
 // demoRun runs strategy s in phase p, with a CPU profile of one instance
@@ -630,7 +633,7 @@ func counterVsLock(counted, lv *driver.Result) string {
 	return fmt.Sprintf("one hot SKU, counter+conditional vs lock+version: %.0f vs %.0f orders/s (%.2fx), p99 %.1f vs %.1f ms, "+
 		"MySQL statements per request %s vs %s; %s places more orders/s here.",
 		counted.OrdersPerSec, lv.OrdersPerSec, counted.OrdersPerSec/lv.OrdersPerSec, counted.Latency.P99, lv.Latency.P99,
-		driver.PerRequest(counted.MySQLPerRequest), driver.PerRequest(lv.MySQLPerRequest), winner)
+		report.PerRequest(counted.MySQLPerRequest), report.PerRequest(lv.MySQLPerRequest), winner)
 }
 
 func dbSafe(s string) string {

@@ -4,10 +4,10 @@
 // an invariant breaks (or, with -expect-oversell, when the unsafe strategy's
 // oversell goes undetected).
 //
-//	go run ./loadtest -urls http://127.0.0.1:8080,http://127.0.0.1:8081 -admin-token "$STOCK_ADMIN_TOKEN" \
+//	go run ./cmd/loadtest -urls http://127.0.0.1:8080,http://127.0.0.1:8081 -admin-token "$STOCK_ADMIN_TOKEN" \
 //	    -stock 1000 -buyers 5000 -concurrency 200 -mysql-dsn 'root@tcp(127.0.0.1:3306)/stock'
 //
-// `make demo` (loadtest/demo) starts the instances itself, once per strategy.
+// `make demo` (cmd/demo) starts the instances itself, once per strategy.
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Command results writes a generated results file for docs/results/: the
-// header of driver.Header (title, make target, date, commit, machine) and
+// header of report.Header (title, make target, date, commit, machine) and
 // then standard input as a preformatted block. make bench uses it for the
 // raw `go test -bench` output.
 package main
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 func main() {
@@ -33,6 +34,6 @@ func main() {
 	}
 	ctx := context.Background()
 	m := driver.DetectMachine(ctx, *mysql, *redis)
-	fmt.Print(driver.Header(*title, *target, driver.Commit(ctx), time.Now(), m))
+	fmt.Print(report.Header(*title, *target, report.Commit(ctx), time.Now(), m))
 	fmt.Printf("```\n%s\n```\n", strings.TrimRight(string(in), "\n"))
 }

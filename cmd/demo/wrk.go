@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +21,13 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the database/sql driver of the order count
+	"github.com/seckill/stock/client"
+	"github.com/seckill/stock/internal/api"
 
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/fleet"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // The wrk phase measures the ceiling and lock+version orders with wrk, a
@@ -62,7 +64,7 @@ type wrkResult struct {
 	duration         time.Duration // of each kind, all rounds together
 	dbOrders         int64         // orders in MySQL after the run
 	warmOrders       int64         // 201s of the warm-up, not in orders' figures
-	audit            map[string]any
+	audit            client.Audit
 	peakRSS          []int64
 }
 
@@ -108,7 +110,7 @@ statuses = {} -- a global: done reads each thread's with thread:get
 function request()
   n = n + 1
   local body = '{"sku":"' .. sku .. '","quantity":1}'
-  return wrk.format("POST", "/v1/orders", {["Content-Type"] = "application/json",
+  return wrk.format("POST", "` + api.Orders + `", {["Content-Type"] = "application/json",
     ["Authorization"] = "Bearer " .. tokens[(n % #tokens) + 1],
     ["Idempotency-Key"] = prefix .. "-" .. id .. "-" .. n}, body)
 end
@@ -226,7 +228,7 @@ func runWrkRounds(ctx context.Context, o options, res *wrkResult, urls []string,
 	res.duration = d * time.Duration(rounds)
 	for i := range rounds {
 		_, _ = fmt.Fprintf(o.logw, "demo: wrk: round %d of %d: GET /healthz, then POST /v1/orders\n", i+1, rounds)
-		h, err := runWrk(ctx, "GET /healthz", urls, "/healthz", per, d, nil, []string{"-s", files.healthz})
+		h, err := runWrk(ctx, "GET /healthz", urls, api.Healthz, per, d, nil, []string{"-s", files.healthz})
 		if err != nil {
 			return err
 		}
@@ -461,22 +463,12 @@ func countOrders(ctx context.Context, dsn, sku string) (int64, error) {
 	return n, err
 }
 
-func getAudit(ctx context.Context, url, token, sku string) (map[string]any, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/admin/stock/"+sku+"/audit", nil)
+func getAudit(ctx context.Context, url, token, sku string) (client.Audit, error) {
+	c, err := client.New(url, client.WithToken(token))
 	if err != nil {
-		return nil, err
+		return client.Audit{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var a map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		return nil, fmt.Errorf("audit: %s: %w", resp.Status, err)
-	}
-	return a, nil
+	return c.Audit(ctx, sku)
 }
 
 // wrkGoals checks the run: the audit consistent, no oversell, every 201
@@ -491,18 +483,16 @@ func (r wrkResult) goals() (lines []string, passed bool) {
 			others += n
 		}
 	}
-	consistent, _ := r.audit["consistent"].(bool)
-	oversold, _ := r.audit["oversold"].(float64)
-	sold, _ := r.audit["sold"].(float64)
+	consistent, oversold, sold := r.audit.Consistent, r.audit.Oversold, r.audit.Sold
 	// wrk stops once after the warm-up and once after each round of orders.
 	inFlight := int64(r.conns) * int64(1+max(1, len(r.oRounds)))
-	passed = consistent && oversold == 0 && created > 0 && created <= r.dbOrders && r.dbOrders <= created+inFlight && int64(sold) == r.dbOrders
+	passed = consistent && oversold == 0 && created > 0 && created <= r.dbOrders && r.dbOrders <= created+inFlight && sold == r.dbOrders
 	verdict := "PASS"
 	if !passed {
 		verdict = "FAIL"
 	}
-	lines = append(lines, fmt.Sprintf("%s: %d answers 201 (warm-up included) and %d other; MySQL holds %d orders of the SKU (201s <= orders <= 201s + %d: the connections in flight at each of wrk's stops), sold %d, audit consistent %v, oversold %.0f.",
-		verdict, created, others, r.dbOrders, inFlight, int64(sold), consistent, oversold))
+	lines = append(lines, fmt.Sprintf("%s: %d answers 201 (warm-up included) and %d other; MySQL holds %d orders of the SKU (201s <= orders <= 201s + %d: the connections in flight at each of wrk's stops), sold %d, audit consistent %v, oversold %d.",
+		verdict, created, others, r.dbOrders, inFlight, sold, consistent, oversold))
 	met := func(ok bool) string {
 		if ok {
 			return "MET"
@@ -575,7 +565,7 @@ func runWrkPhase(ctx context.Context, o options, runID, token string, stdout io.
 // writeWrkDoc writes the wrk phase's results file.
 func writeWrkDoc(ctx context.Context, path, target string, r wrkResult) error {
 	var b bytes.Buffer
-	b.WriteString(driver.Header("lock+version measured with wrk", target, driver.Commit(ctx), time.Now(), r.machine))
+	b.WriteString(report.Header("lock+version measured with wrk", target, report.Commit(ctx), time.Now(), r.machine))
 	n := len(r.oRounds)
 	fmt.Fprintf(&b, "%d `stock serve` instances (lock+version, no rate limit), one `wrk -t1 -c%d` per instance (%d connections in all), on this box beside the instances, MySQL and Redis. "+
 		"%v of each kind in %d rounds of %v, the kinds alternated (`/healthz`, orders, `/healthz`, ...) so a drift in the machine's load falls on both. "+

@@ -1,4 +1,13 @@
-package driver
+// Package report prints, saves and charts the load driver's results
+// (package loadtest/driver): one run as a few lines (WriteSummary) or a
+// table row (WriteTable), and a Report of sections of runs, with the
+// ceiling and lifecycle phases, as JSON, a self-contained HTML page with
+// charts (WriteHTML) or a Markdown results file with its header
+// (WriteMarkdown, Header, Commit), the format of docs/results/.
+//
+// It only reads results: what a figure means is documented on the
+// driver's types.
+package report
 
 import (
 	"encoding/json"
@@ -12,29 +21,31 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/seckill/stock/loadtest/driver"
 )
 
 // Report is a set of runs to print, save and chart, grouped in sections
 // (e.g. the sell-out and the throughput phase of the demo).
 type Report struct {
-	Title     string    `json:"title"`
-	Generated time.Time `json:"generated"`
-	Machine   Machine   `json:"machine"`
-	Sections  []Section `json:"sections"`
-	Passed    bool      `json:"passed"` // every run passed (or was Safe, in a SafetyOnly section)
+	Title     string         `json:"title"`
+	Generated time.Time      `json:"generated"`
+	Machine   driver.Machine `json:"machine"`
+	Sections  []Section      `json:"sections"`
+	Passed    bool           `json:"passed"` // every run passed (or was Safe, in a SafetyOnly section)
 	// Ceiling is what the same instances answer without an order (the
 	// demo's ceiling phase), the yardstick of the sections' orders/s.
-	Ceiling     []RateResult `json:"ceiling,omitempty"`
-	CeilingNote string       `json:"ceiling_note,omitempty"`
+	Ceiling     []driver.RateResult `json:"ceiling,omitempty"`
+	CeilingNote string              `json:"ceiling_note,omitempty"`
 	// Lifecycle is the lifecycle phase's runs (reserve, pay, cancel,
 	// expire), with its note.
-	Lifecycle     []*LifecycleResult `json:"lifecycle,omitempty"`
-	LifecycleNote string             `json:"lifecycle_note,omitempty"`
+	Lifecycle     []*driver.LifecycleResult `json:"lifecycle,omitempty"`
+	LifecycleNote string                    `json:"lifecycle_note,omitempty"`
 }
 
 // AddLifecycle adds the lifecycle phase's runs; a run that did not pass
 // fails the report.
-func (r *Report) AddLifecycle(note string, runs []*LifecycleResult) {
+func (r *Report) AddLifecycle(note string, runs []*driver.LifecycleResult) {
 	r.Lifecycle, r.LifecycleNote = runs, note
 	for _, run := range runs {
 		r.Passed = r.Passed && (run.Passed || run.Reported)
@@ -43,9 +54,9 @@ func (r *Report) AddLifecycle(note string, runs []*LifecycleResult) {
 
 // Section is runs compared side by side.
 type Section struct {
-	Title string    `json:"title"`
-	Note  string    `json:"note,omitempty"`
-	Runs  []*Result `json:"runs"`
+	Title string           `json:"title"`
+	Note  string           `json:"note,omitempty"`
+	Runs  []*driver.Result `json:"runs"`
 	// SafetyOnly sections (throughput runs) require every run to be Safe,
 	// not Passed: a strategy whose buyers give up is slow, not wrong.
 	SafetyOnly bool `json:"safety_only,omitempty"`
@@ -72,48 +83,8 @@ func WriteJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-const mib = 1 << 20
-
-// RSS formats each instance's peak RSS in MiB ("31/30/32"), or the RSS at the
-// end of the run from /metrics when no peak is known.
-func (res *Result) RSS() string {
-	var parts []string
-	for _, in := range res.Instances {
-		if in.PeakRSSBytes > 0 {
-			parts = append(parts, fmt.Sprintf("%.0f", float64(in.PeakRSSBytes)/mib))
-		}
-	}
-	if len(parts) > 0 {
-		return strings.Join(parts, "/")
-	}
-	for _, m := range res.Metrics.Instances {
-		if m.RSSBytes > 0 {
-			parts = append(parts, fmt.Sprintf("%.0f", m.RSSBytes/mib))
-		}
-	}
-	if len(parts) > 0 {
-		return "~" + strings.Join(parts, "/")
-	}
-	return "-"
-}
-
-// Verdict is PASS; DETECTED for an expected oversell that was caught; SHORT
-// when nothing unsafe happened but buyers gave up, so less than
-// min(stock, demand) was sold; or FAIL.
-func (res *Result) Verdict() string {
-	switch {
-	case !res.Safe:
-		return "FAIL"
-	case !res.Passed:
-		return "SHORT"
-	case res.ExpectOversell:
-		return "DETECTED"
-	}
-	return "PASS"
-}
-
 // WriteTable prints one line per run.
-func WriteTable(w io.Writer, runs []*Result) error {
+func WriteTable(w io.Writer, runs []*driver.Result) error {
 	head, rows := tableRows(runs)
 	var b strings.Builder
 	b.WriteString(strings.Join(head, "\t") + "\t\n")
@@ -135,7 +106,7 @@ func msOrDash(sec, n float64) string {
 }
 
 // WriteSummary prints one run in a few lines, with every failed check.
-func WriteSummary(w io.Writer, r *Result) {
+func WriteSummary(w io.Writer, r *driver.Result) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seckill %s: sku %s, stock %d, buyers %d x %d, concurrency %d, %d instance(s), retries %d\n",
 		r.Label, r.SKU, r.Stock, r.Buyers, r.Quantity, r.Concurrency, len(r.URLs), r.Retries)
@@ -158,7 +129,7 @@ func WriteSummary(w io.Writer, r *Result) {
 	fmt.Fprintf(&b, "  sold %d (want %d), orders %d, units %d, oversold %d, lost updates %d\n",
 		r.Sold, r.ExpectedSold, r.Orders, r.Units, r.Oversold, r.LostUpdates)
 	for _, c := range r.Checks {
-		mark := [...]string{"ok  ", "saw ", "SHORT", "FAIL"}[r.outcome(c)]
+		mark := [...]string{"ok  ", "saw ", "SHORT", "FAIL"}[outcome(r, c)]
 		line := "  " + mark + " " + c.Name
 		if !c.OK {
 			line += ": " + c.Detail
@@ -172,7 +143,7 @@ func WriteSummary(w io.Writer, r *Result) {
 // outcome classifies a check of r: 0 held, 1 broken as expected (an
 // oversell check of a run that expects one), 2 short (buyers gave up), 3
 // failed.
-func (res *Result) outcome(c Check) int {
+func outcome(res *driver.Result, c driver.Check) int {
 	switch {
 	case c.OK:
 		return 0
@@ -185,8 +156,8 @@ func (res *Result) outcome(c Check) int {
 }
 
 // outcomeMark names outcome(c) for the reports.
-func (res *Result) outcomeMark(c Check) string {
-	return [...]string{"ok", "broken, as expected", "short (buyers gave up)", "FAIL"}[res.outcome(c)]
+func outcomeMark(res *driver.Result, c driver.Check) string {
+	return [...]string{"ok", "broken, as expected", "short (buyers gave up)", "FAIL"}[outcome(res, c)]
 }
 
 func compact(m map[string]float64) string {
@@ -264,7 +235,7 @@ svg text{font:11px system-ui,sans-serif}.small{color:#666;font-size:12px}details
 			fmt.Fprintf(&b, "<details><summary><b>%s</b>: <span class=%s>%s</span> (sku %s)</summary><ul>\n",
 				e(r.Label), r.Verdict(), r.Verdict(), e(r.SKU))
 			for _, c := range r.Checks {
-				mark := r.outcomeMark(c)
+				mark := outcomeMark(r, c)
 				fmt.Fprintf(&b, "<li>%s: %s", e(mark), e(c.Name))
 				if !c.OK {
 					fmt.Fprintf(&b, " <span class=small>(%s)</span>", e(c.Detail))
@@ -286,7 +257,7 @@ func orDash(s string) string {
 	return s
 }
 
-func htmlTable(b *strings.Builder, runs []*Result) {
+func htmlTable(b *strings.Builder, runs []*driver.Result) {
 	e := html.EscapeString
 	b.WriteString("<table><tr><th>strategy</th><th>result</th><th>stock</th><th>buyers</th><th>sold</th><th>oversold</th><th>lost updates</th>" +
 		"<th>orders/s</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th><th>201</th><th>409</th><th>429</th><th>other</th>" +
@@ -397,7 +368,7 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-func cumulativeChart(b *strings.Builder, runs []*Result) {
+func cumulativeChart(b *strings.Builder, runs []*driver.Result) {
 	var ss []series
 	stock := int64(-1)
 	for i, r := range runs {
@@ -429,7 +400,7 @@ func cumulativeChart(b *strings.Builder, runs []*Result) {
 	lineChart(b, ss, "orders (201s, cumulative)", hline, fmt.Sprintf("stock %d", stock))
 }
 
-func rateChart(b *strings.Builder, runs []*Result) {
+func rateChart(b *strings.Builder, runs []*driver.Result) {
 	var ss []series
 	for i, r := range runs {
 		s := series{label: r.Label, color: palette[i%len(palette)]}
@@ -451,7 +422,7 @@ func rateChart(b *strings.Builder, runs []*Result) {
 }
 
 // latencyChart draws p50, p95 and p99 of each run as grouped bars on a log scale.
-func latencyChart(b *strings.Builder, runs []*Result) {
+func latencyChart(b *strings.Builder, runs []*driver.Result) {
 	const lo = 0.1 // ms, the floor of the log scale
 	hi := 1.0
 	for _, r := range runs {

@@ -1,14 +1,16 @@
-package driver
+package report
 
 import (
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/seckill/stock/loadtest/driver"
 )
 
 func TestWriteTable(t *testing.T) {
-	runs := []*Result{
+	runs := []*driver.Result{
 		{Label: "lock+version", Safe: true, Passed: true, Sold: 1000, Requests: 1300, OrdersPerSec: 3760, MySQLPerRequest: 1.25,
 			Statuses: map[string]int{"201": 1000, "409": 250, "429": 40}},
 		{Label: "none", Safe: false, Sold: 1200, Oversold: 200, Requests: 1200, MySQLPerRequest: -1, Statuses: map[string]int{"201": 1200}},
@@ -41,8 +43,26 @@ func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestWriteTableReturnsWriteError(t *testing.T) {
 	want := errors.New("disk full")
-	err := WriteTable(failingWriter{want}, []*Result{{Label: "x", Statuses: map[string]int{}}})
+	err := WriteTable(failingWriter{want}, []*driver.Result{{Label: "x", Statuses: map[string]int{}}})
 	if !errors.Is(err, want) {
 		t.Errorf("WriteTable to a failing writer = %v; want %v", err, want)
+	}
+}
+func TestWriteHTMLSelfContained(t *testing.T) {
+	r := &driver.Result{Label: "lock+version <b>", Stock: 10, Buyers: 20, Passed: true,
+		Statuses: map[string]int{"201": 10}, Timeline: driver.Timeline{BucketMS: 100, Created: []int{5, 5}, Requests: []int{10, 10}},
+		Latency: driver.Latency{P50: 1, P95: 2, P99: 3}, Checks: []driver.Check{{Name: "x", OK: true}}}
+	var b strings.Builder
+	if err := WriteHTML(&b, NewReport("t", Section{Title: "s", Runs: []*driver.Result{r}})); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, bad := range []string{"<script", "src=", "href=", "version <b>"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("report contains %q; want a self-contained, escaped page", bad)
+		}
+	}
+	if n := strings.Count(page, "<svg"); n != 3 {
+		t.Errorf("report has %d charts; want 3", n)
 	}
 }

@@ -1,19 +1,21 @@
-package driver
+package report
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seckill/stock/loadtest/driver"
 )
 
 func TestWriteMarkdown(t *testing.T) {
-	ok := &Result{Label: "lock+version", Sold: 100, Safe: true, Passed: true, OrdersPerSec: 1234,
+	ok := &driver.Result{Label: "lock+version", Sold: 100, Safe: true, Passed: true, OrdersPerSec: 1234,
 		Statuses: map[string]int{"201": 100, "409": 5}, Requests: 105,
-		Checks: []Check{{Name: "no oversell", OK: true}}}
-	bad := &Result{Label: "none", Sold: 103, Oversold: 3, Statuses: map[string]int{"201": 103}, Requests: 103,
-		Checks: []Check{{Name: "no oversell", OK: false, Oversell: true, Detail: "3 | units"}}}
-	rep := NewReport("Demo", Section{Title: "Sell-out", Note: "a note", Runs: []*Result{ok, bad}})
-	rep.Machine = Machine{Cores: 2, CPU: "cpu", OS: "linux/amd64", Go: "go1.26", MySQL: "10.11", Redis: "7.0"}
+		Checks: []driver.Check{{Name: "no oversell", OK: true}}}
+	bad := &driver.Result{Label: "none", Sold: 103, Oversold: 3, Statuses: map[string]int{"201": 103}, Requests: 103,
+		Checks: []driver.Check{{Name: "no oversell", OK: false, Oversell: true, Detail: "3 | units"}}}
+	rep := NewReport("Demo", Section{Title: "Sell-out", Note: "a note", Runs: []*driver.Result{ok, bad}})
+	rep.Machine = driver.Machine{Cores: 2, CPU: "cpu", OS: "linux/amd64", Go: "go1.26", MySQL: "10.11", Redis: "7.0"}
 	rep.Generated = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	var b strings.Builder
 	if err := WriteMarkdown(&b, rep, "demo", "abc123"); err != nil {

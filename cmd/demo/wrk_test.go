@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seckill/stock/client"
 )
 
 // A real wrk --latency output, with the script's status and latency lines
@@ -94,7 +96,7 @@ func TestWrkGoals(t *testing.T) {
 			// wrk's rate counts every answer; the goal counts 201s only
 			orders:     timed(wrkRun{perSec: 900, statuses: map[int]int64{201: 100, 429: 800}}, map[int64]int64{40000: 1}),
 			warmOrders: 20, dbOrders: 125,
-			audit: map[string]any{"consistent": true, "oversold": 0.0, "sold": 125.0},
+			audit: client.Audit{Consistent: true, Sold: 125},
 		}
 	}
 	lines, ok := good().goals()
@@ -102,12 +104,12 @@ func TestWrkGoals(t *testing.T) {
 		t.Fatalf("a good run: %v, %q", ok, lines)
 	}
 	for name, spoil := range map[string]func(r *wrkResult){
-		"oversold":             func(r *wrkResult) { r.audit["oversold"] = 1.0 },
-		"inconsistent":         func(r *wrkResult) { r.audit["consistent"] = false },
-		"a 201 not in MySQL":   func(r *wrkResult) { r.dbOrders, r.audit["sold"] = 119, 119.0 },
-		"orders beyond flight": func(r *wrkResult) { r.dbOrders, r.audit["sold"] = 141, 141.0 },
-		"sold != orders":       func(r *wrkResult) { r.audit["sold"] = 124.0 },
-		"no 201 at all":        func(r *wrkResult) { r.orders.statuses, r.warmOrders, r.dbOrders, r.audit["sold"] = nil, 0, 0, 0.0 },
+		"oversold":             func(r *wrkResult) { r.audit.Oversold = 1 },
+		"inconsistent":         func(r *wrkResult) { r.audit.Consistent = false },
+		"a 201 not in MySQL":   func(r *wrkResult) { r.dbOrders, r.audit.Sold = 119, 119 },
+		"orders beyond flight": func(r *wrkResult) { r.dbOrders, r.audit.Sold = 141, 141 },
+		"sold != orders":       func(r *wrkResult) { r.audit.Sold = 124 },
+		"no 201 at all":        func(r *wrkResult) { r.orders.statuses, r.warmOrders, r.dbOrders, r.audit.Sold = nil, 0, 0, 0 },
 	} {
 		r := good()
 		spoil(&r)
@@ -147,7 +149,7 @@ func TestWrkRounds(t *testing.T) {
 	r := wrkResult{
 		instances: 3, conns: 10, duration: 2 * time.Second,
 		hRounds: h, oRounds: o, healthz: mergeRuns(h), orders: m,
-		dbOrders: 200, audit: map[string]any{"consistent": true, "oversold": 0.0, "sold": 200.0},
+		dbOrders: 200, audit: client.Audit{Consistent: true, Sold: 200},
 	}
 	// Placed: 60/s and 140/s (150/s answered, 140 of 150 of them 201s), a
 	// mean of 100/s against 400/s; round by round 60/300 and 140/500.
@@ -170,10 +172,10 @@ func TestWrkInFlightPerStop(t *testing.T) {
 		instances: 3, conns: 10, duration: 3 * time.Second,
 		oRounds: make([]wrkRun, 3), hRounds: make([]wrkRun, 3),
 		healthz: wrkRun{perSec: 400}, orders: wrkRun{statuses: map[int]int64{201: 100}},
-		audit: map[string]any{"consistent": true, "oversold": 0.0},
+		audit: client.Audit{Consistent: true},
 	}
 	for db, want := range map[int64]bool{100: true, 140: true, 141: false} {
-		r.dbOrders, r.audit["sold"] = db, float64(db)
+		r.dbOrders, r.audit.Sold = db, db
 		if _, ok := r.goals(); ok != want {
 			t.Errorf("%d orders in MySQL for 100 201s, 3 rounds of 10 connections: passed %v; want %v", db, ok, want)
 		}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 func main() {
@@ -37,7 +38,7 @@ func run() error {
 	rounds := flag.Int("n", 5, "rounds of the whole suite")
 	burners := flag.Int("burners", runtime.NumCPU(), "CPU burner processes (`yes >/dev/null`) kept running during the rounds")
 	timeout := flag.String("timeout", "20m", "go test -timeout of one round")
-	report := flag.String("report", "", "write the report here (a results file)")
+	reportPath := flag.String("report", "", "write the report here (a results file)")
 	flag.Parse()
 	pkgs := flag.Args()
 	if len(pkgs) == 0 {
@@ -68,8 +69,8 @@ func run() error {
 	stopBurners()
 	text := summary(results, *burners, pkgs)
 	fmt.Print(text)
-	if *report != "" {
-		if err := writeReport(ctx, *report, text); err != nil {
+	if *reportPath != "" {
+		if err := writeReport(ctx, *reportPath, text); err != nil {
 			return err
 		}
 	}
@@ -272,6 +273,6 @@ func tail(s string, n int) string {
 
 func writeReport(ctx context.Context, path, body string) error {
 	m := driver.DetectMachine(ctx, "root@tcp(127.0.0.1:3306)/", "127.0.0.1:6379")
-	head := driver.Header("The suite under a CPU burner", "flake-check", driver.Commit(ctx), time.Now(), m)
+	head := report.Header("The suite under a CPU burner", "flake-check", report.Commit(ctx), time.Now(), m)
 	return os.WriteFile(path, []byte(head+body), 0o600)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/report"
 )
 
 // profiler takes a CPU profile of one instance in the middle of a run:
@@ -196,7 +197,7 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 	}
 	var b strings.Builder
 	m := res.Machine
-	b.WriteString(driver.Header("CPU profile of one instance at the throughput phase's rate", "profile", driver.Commit(ctx), time.Now(), m))
+	b.WriteString(report.Header("CPU profile of one instance at the throughput phase's rate", "profile", report.Commit(ctx), time.Now(), m))
 	fmt.Fprintf(&b, "The run: `%s`, %d instances, %d buyers at %d concurrent: %.0f orders/s, p99 %.1f ms, result %s.",
 		res.Label, len(res.Instances), res.Buyers, res.Concurrency, res.OrdersPerSec, res.Latency.P99, res.Verdict())
 	if h := rateOf(ceiling, ceilingHealthz); h > 0 {
