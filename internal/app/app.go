@@ -35,7 +35,7 @@ import (
 // App is one assembled stock server. Close releases what New opened.
 type App struct {
 	Handler  http.Handler
-	Service  *service.Service
+	Parts    service.Parts // the service
 	Store    *repo.Store
 	Redis    redis.UniversalClient
 	Metrics  *metrics.Metrics
@@ -106,7 +106,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		}
 	}
 	a.newService(ctx, cfg, o, locker, tp, log)
-	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, tp, log), a.Service, log, a.Metrics, a.Registry); err != nil {
+	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, tp, log),
+		handler.Services{Placer: a.Parts.Service, Lifecycle: a.Parts.Lifecycle, Inventory: a.Parts.Inventory}, log, a.Metrics, a.Registry); err != nil {
 		return nil, fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
 	}
 	return a, nil
@@ -210,8 +211,8 @@ func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error)
 	return l, nil
 }
 
-// newService makes the service and starts the listener of other instances'
-// stock changes.
+// newService makes the service's parts and starts the listener of other
+// instances' stock changes, the sweeper and the counter's reconcile.
 func (a *App) newService(ctx context.Context, cfg Config, o options, locker service.Locker, tp trace.TracerProvider, log *slog.Logger) {
 	if !cfg.Strategy.Info().Safe {
 		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", cfg.Strategy)
@@ -242,21 +243,21 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 	if cfg.Strategy.Info().Counted {
 		svcCfg.Counter = a.stockCounter(cfg)
 	}
-	a.Service = service.New(svcCfg, a.Store, locker, log, a.Metrics)
+	a.Parts = service.Build(svcCfg, a.Store, locker, log, a.Metrics)
 	// Restocks made through other instances end this one's sold-out answers.
 	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
 	listened := make(chan struct{})
-	go func() { defer close(listened); events.Listen(lctx, a.Service.StockChanged) }()
+	go func() { defer close(listened); events.Listen(lctx, a.Parts.Service.StockChanged) }()
 	a.closers = append(a.closers, func() { stopListening(); <-listened })
 	// Reservations past their deadline expire here as at every instance.
 	sctx, stopSweeping := context.WithCancel(context.WithoutCancel(ctx))
 	swept := make(chan struct{})
-	go func() { defer close(swept); a.Service.RunSweeper(sctx, cfg.ExpiryInterval) }()
+	go func() { defer close(swept); a.Parts.Lifecycle.RunSweeper(sctx, cfg.ExpiryInterval) }()
 	a.closers = append(a.closers, func() { stopSweeping(); <-swept })
 	// The counter strategies' drift is repaired from MySQL's rows here too.
 	rctx, stopReconciling := context.WithCancel(context.WithoutCancel(ctx))
 	reconciled := make(chan struct{})
-	go func() { defer close(reconciled); a.Service.RunCounterReconcile(rctx, cfg.CounterReconcile) }()
+	go func() { defer close(reconciled); a.Parts.Reconciler.Run(rctx, cfg.CounterReconcile) }()
 	a.closers = append(a.closers, func() { stopReconciling(); <-reconciled })
 }
 

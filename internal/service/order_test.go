@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 // env is a Service over a database of its own and the shared Redis, plus a
 // second lock client that plays another instance holding the SKU lock.
 type env struct {
-	svc     *service.Service
+	svc     *service.Service // parts.Service
+	parts   service.Parts
 	store   *repo.Store
 	locker  service.Locker // svc's
 	db      *sql.DB
@@ -79,8 +80,8 @@ func newEnv(t *testing.T, cfg service.Config) *env {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	locker := redisson.Locker{Client: newLocks()}
-	svc := service.New(cfg, store, locker, nil, m)
-	return &env{svc: svc, store: store, locker: locker, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
+	parts := service.Build(cfg, store, locker, nil, m)
+	return &env{svc: parts.Service, parts: parts, store: store, locker: locker, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
 }
 
 // holdSKU takes the SKU's lock as another instance would.
@@ -313,7 +314,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: int64(2_000_000 + i)}); err != nil {
+			if _, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: int64(2_000_000 + i)}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -326,7 +327,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock waits for the SKU lock.
 	h := e.holdSKU(t)
 	done := make(chan error, 1)
-	go func() { _, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: 7}); done <- err }()
+	go func() { _, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: 7}); done <- err }()
 	select {
 	case err := <-done:
 		t.Fatalf("restock returned (%v) while another instance held the SKU lock; want it to wait", err)
@@ -342,7 +343,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock to the current value is a no-op.
 	before, _ := e.store.Stock(ctx, e.sku)
 	rows := ledgerRows(t, e)
-	st, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: before.Available})
+	st, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: before.Available})
 	if err != nil || st.Version != before.Version || st.Available != before.Available {
 		t.Fatalf("SetStock to the current value = %+v, %v; want %+v unchanged", st, err, before)
 	}

@@ -28,7 +28,7 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 			a := service.New(cfg, e.store, e.locker, nil, e.metrics)
 			cfg.BatchMax = 1 // b pre-checks every order: its 409 comes from MySQL
 			b := service.New(cfg, e.store, e.locker, nil, e.metrics)
-			c := service.New(cfg, e.store, e.locker, nil, e.metrics)
+			c := service.Build(cfg, e.store, e.locker, nil, e.metrics).Inventory
 			e.setStock(t, 1)
 			h := e.holdSKU(t)
 
@@ -97,7 +97,8 @@ func TestLimitRefusalStaysFinalAfterAReturn(t *testing.T) {
 	e := newEnv(t, service.Config{})
 	ctx := context.Background()
 	a := service.New(service.Config{Strategy: service.StrategyLockVersion, LockWait: time.Minute, BatchMax: 64}, e.store, e.locker, nil, e.metrics)
-	b := service.New(service.Config{Strategy: service.StrategyConditional}, e.store, e.locker, nil, e.metrics)
+	bParts := service.Build(service.Config{Strategy: service.StrategyConditional}, e.store, e.locker, nil, e.metrics)
+	b := bParts.Service
 	if _, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 1000, PerBuyerLimit: 1, PaymentWindowSeconds: 60}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestLimitRefusalStaysFinalAfterAReturn(t *testing.T) {
 	if _, _, err := e.place(b, "b1", "K2"); !errors.Is(err, service.ErrLimitExceeded) {
 		t.Fatalf("retry of K2 at b = %v; want ErrLimitExceeded (a final 409)", err)
 	}
-	if _, err := b.Cancel(ctx, "b1@"+e.sku, k1.ID); err != nil {
+	if _, err := bParts.Lifecycle.Cancel(ctx, "b1@"+e.sku, k1.ID); err != nil {
 		t.Fatalf("cancel K1 = %v", err)
 	}
 	if err := h.Unlock(ctx); err != nil {
