@@ -10,7 +10,7 @@ import (
 )
 
 // A refusal stays final across instances. Attempt 1 of key K waits in
-// instance a's line for the SKU lock (held elsewhere). The SKU sells out;
+// instance a's queue for the SKU lock (held elsewhere). The SKU sells out;
 // the client gives up and retries K at instance b, which answers 409 from
 // MySQL. Then the SKU is restocked, and a's batch takes the lock: it must
 // not place K (it answers "retry": ErrBusy), so the 409 is never
@@ -39,7 +39,7 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 			}()
 			for deadline := time.Now().Add(time.Minute); service.Admitted(a, e.sku) == 0; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatal("attempt 1 did not reach a's line within a minute")
+					t.Fatal("attempt 1 did not reach a's queue within a minute")
 				}
 			}
 			if _, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 0}); err != nil { // sold out meanwhile
@@ -88,7 +88,7 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 
 // A limit refusal stays final when a return gives the allowance back. The
 // buyer holds reservation K1 of a SKU with plenty of units and a limit of
-// one. Attempt 1 of K2 waits in instance a's line for the SKU lock; the
+// one. Attempt 1 of K2 waits in instance a's queue for the SKU lock; the
 // client's retry of K2 at instance b (the DB-only path) is refused for the
 // limit. Then K1 is cancelled, and a's batch takes the lock: it must not
 // place K2 (ErrBusy: retry), so the 409 is never contradicted.
@@ -114,7 +114,7 @@ func TestLimitRefusalStaysFinalAfterAReturn(t *testing.T) {
 	}()
 	for deadline := time.Now().Add(time.Minute); service.Admitted(a, e.sku) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("attempt 1 of K2 did not reach a's line within a minute")
+			t.Fatal("attempt 1 of K2 did not reach a's queue within a minute")
 		}
 	}
 	if _, _, err := e.place(b, "b1", "K2"); !errors.Is(err, service.ErrLimitExceeded) {

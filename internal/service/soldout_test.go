@@ -95,12 +95,12 @@ func (e *env) place(s *service.Service, buyer, key string) (service.Order, bool,
 	return s.Place(context.Background(), service.PlaceRequest{Buyer: buyer + "@" + e.sku, Key: key, SKU: e.sku, Quantity: 1})
 }
 
-// After a sell-out, a SKU's orders skip the line and the lock: each is
+// After a sell-out, a SKU's orders skip the queue and the lock: each is
 // answered from one pre-check read and nothing else. The answers are
 // MySQL's at that moment: a replay gets its order, a key that placed an
 // order of another SKU is refused as reused (not told "sold out"), and a
 // restock behind this instance's back is seen by the very next order.
-func TestSoldOutSkipsTheLine(t *testing.T) {
+func TestSoldOutSkipsTheQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
 	for _, strategy := range []service.Strategy{service.StrategyLockVersion, service.StrategyConditional} {

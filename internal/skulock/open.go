@@ -18,26 +18,45 @@ import (
 	"github.com/seckill/stock/internal/skulock/setnx"
 )
 
-// The backends of Open (STOCK_LOCK_BACKEND).
+// The gates of Open (STOCK_LOCK_BACKEND).
 const (
-	BackendRedisson = "redisson"
-	BackendSetNX    = "setnx"
-	BackendDBTable  = "dbtable"
-	BackendRedlock  = "redlock"
-	BackendEtcd     = "etcd"
+	GateRedisson = "redisson"
+	GateSetNX    = "setnx"
+	GateDBTable  = "dbtable"
+	GateRedlock  = "redlock"
+	GateEtcd     = "etcd"
 )
 
-// Backends returns every backend name, the default first.
-func Backends() []string {
-	return []string{BackendRedisson, BackendSetNX, BackendDBTable, BackendRedlock, BackendEtcd}
+// Gates returns every gate name, the default first.
+func Gates() []string {
+	return []string{GateRedisson, GateSetNX, GateDBTable, GateRedlock, GateEtcd}
 }
 
-// ValidBackend reports whether name is a backend of Open.
-func ValidBackend(name string) bool { return slices.Contains(Backends(), name) }
+// ValidGate reports whether name is a gate of Open.
+func ValidGate(name string) bool { return slices.Contains(Gates(), name) }
 
-// Config is what Open needs; each backend reads only its own fields.
+// The names before "gate" was the one word for them, kept only while
+// internal/app/config.go (regrouped in another change) still uses them.
+const (
+	// Deprecated: use GateRedlock.
+	BackendRedlock = GateRedlock
+	// Deprecated: use GateEtcd.
+	BackendEtcd = GateEtcd
+)
+
+// Backends returns Gates().
+//
+// Deprecated: use Gates.
+func Backends() []string { return Gates() }
+
+// ValidBackend reports ValidGate(name).
+//
+// Deprecated: use ValidGate.
+func ValidBackend(name string) bool { return ValidGate(name) }
+
+// Config is what Open needs; each gate reads only its own fields.
 type Config struct {
-	Backend string // one of Backends(); "" is BackendRedisson
+	Backend string // one of Gates(); "" is GateRedisson
 
 	Locks  *lock.Client          // redisson
 	Redis  redis.UniversalClient // setnx
@@ -52,11 +71,11 @@ type Config struct {
 
 	Etcd etcdlock.ClientConfig // etcd: the cluster
 
-	// Lease is the lease of a TryLock with lease 0: for the backends without
+	// Lease is the lease of a TryLock with lease 0: for the gates without
 	// a watchdog (setnx, dbtable, redlock) a fixed lease, for etcd the TTL
 	// its watchdog keeps alive; required for them.
 	Lease time.Duration
-	// Lost, if set, is called once for every hold of those backends (and
+	// Lost, if set, is called once for every hold of those gates (and
 	// etcd's) that reached its lease deadline unreleased (redisson reports losses
 	// through the lock.Client's own hooks).
 	Lost func()
@@ -69,22 +88,22 @@ type Config struct {
 // does. Errors name the missing or bad setting.
 func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error) {
 	none := func() error { return nil }
-	if cfg.Backend != "" && cfg.Backend != BackendRedisson && cfg.Lease <= 0 {
-		return nil, nil, fmt.Errorf("skulock: backend %s: a lease is required (a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
+	if cfg.Backend != "" && cfg.Backend != GateRedisson && cfg.Lease <= 0 {
+		return nil, nil, fmt.Errorf("skulock: gate %s: a lease is required (a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
 	}
 	switch cfg.Backend {
-	case "", BackendRedisson:
+	case "", GateRedisson:
 		if cfg.Locks == nil {
-			return nil, nil, errors.New("skulock: backend redisson: no lock client")
+			return nil, nil, errors.New("skulock: gate redisson: no lock client")
 		}
 		return redisson.Locker{Client: cfg.Locks}, none, nil
-	case BackendSetNX:
+	case GateSetNX:
 		if cfg.Redis == nil {
-			return nil, nil, errors.New("skulock: backend setnx: no Redis client")
+			return nil, nil, errors.New("skulock: gate setnx: no Redis client")
 		}
 		l := setnx.New(cfg.Redis, cfg.Prefix, cfg.Lease, cfg.Lost)
 		return l, l.Close, nil
-	case BackendDBTable:
+	case GateDBTable:
 		if cfg.MySQLConns <= 0 {
 			cfg.MySQLConns = 8
 		}
@@ -94,9 +113,9 @@ func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error)
 		}
 		l := dbtable.New(db, cfg.Lease, cfg.Lost)
 		return l, func() error { return errors.Join(l.Close(), db.Close()) }, nil
-	case BackendRedlock:
+	case GateRedlock:
 		if len(cfg.RedlockAddrs) == 0 {
-			return nil, nil, errors.New("skulock: backend redlock: no master addresses")
+			return nil, nil, errors.New("skulock: gate redlock: no master addresses")
 		}
 		var nodes []redis.UniversalClient
 		for _, a := range cfg.RedlockAddrs {
@@ -110,13 +129,13 @@ func Open(ctx context.Context, cfg Config) (service.Locker, func() error, error)
 			}
 			return err
 		}, nil
-	case BackendEtcd:
+	case GateEtcd:
 		return openEtcd(cfg)
 	}
-	return nil, nil, fmt.Errorf("skulock: unknown backend %q; want one of %v", cfg.Backend, Backends())
+	return nil, nil, fmt.Errorf("skulock: unknown gate %q; want one of %v", cfg.Backend, Gates())
 }
 
-// DefaultNodeTimeout is the redlock backend's default bound of each
+// DefaultNodeTimeout is the redlock gate's default bound of each
 // master's call.
 const DefaultNodeTimeout = redlock.DefaultNodeTimeout
 
@@ -124,7 +143,7 @@ const DefaultNodeTimeout = redlock.DefaultNodeTimeout
 // function closes the client too.
 func openEtcd(cfg Config) (service.Locker, func() error, error) {
 	if len(cfg.Etcd.Endpoints) == 0 {
-		return nil, nil, errors.New("skulock: backend etcd: no endpoints")
+		return nil, nil, errors.New("skulock: gate etcd: no endpoints")
 	}
 	if cfg.Etcd.DialTimeout <= 0 {
 		cfg.Etcd.DialTimeout = DefaultEtcdDialTimeout

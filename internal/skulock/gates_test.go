@@ -220,7 +220,7 @@ func TestDBTableTakeoverAndReap(t *testing.T) {
 }
 
 // A store that cannot be reached is an error, not ErrLockNotObtained, for
-// each backend (the service then takes its DB-only path or rejects).
+// each gate (the service then takes its DB-only path or rejects).
 func TestStoreDown(t *testing.T) {
 	t.Parallel()
 	port := testserver.FreePort(t)
@@ -228,10 +228,10 @@ func TestStoreDown(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer func() { _ = rdb.Close() }()
 	for _, cfg := range []skulock.Config{
-		{Backend: skulock.BackendSetNX, Redis: rdb},
-		{Backend: skulock.BackendDBTable, MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"},
-		{Backend: skulock.BackendRedlock, RedlockAddrs: []string{dead, dead, dead}},
-		{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}},
+		{Backend: skulock.GateSetNX, Redis: rdb},
+		{Backend: skulock.GateDBTable, MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"},
+		{Backend: skulock.GateRedlock, RedlockAddrs: []string{dead, dead, dead}},
+		{Backend: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}},
 	} {
 		cfg.Lease = 5 * time.Second
 		l, closeFn, err := skulock.Open(context.Background(), cfg)
@@ -248,15 +248,15 @@ func TestStoreDown(t *testing.T) {
 	}
 }
 
-// Open refuses what it cannot run: an unknown backend, a backend without a
+// Open refuses what it cannot run: an unknown gate, a gate without a
 // watchdog and no lease, redlock without masters, etcd without endpoints.
 func TestOpenRefuses(t *testing.T) {
 	for _, cfg := range []skulock.Config{
 		{Backend: "zookeeper", Lease: time.Second},
-		{Backend: skulock.BackendSetNX},
-		{Backend: skulock.BackendRedlock, Lease: time.Second},
-		{Backend: skulock.BackendRedisson},
-		{Backend: skulock.BackendEtcd, Lease: time.Second},
+		{Backend: skulock.GateSetNX},
+		{Backend: skulock.GateRedlock, Lease: time.Second},
+		{Backend: skulock.GateRedisson},
+		{Backend: skulock.GateEtcd, Lease: time.Second},
 	} {
 		if _, _, err := skulock.Open(context.Background(), cfg); err == nil {
 			t.Errorf("Open(%+v) = nil error; want one", cfg)
@@ -264,7 +264,7 @@ func TestOpenRefuses(t *testing.T) {
 	}
 }
 
-// Close stops everything a backend started: the reaper, background
+// Close stops everything a gate started: the reaper, background
 // releases, the masters' connections, etcd's client and watchdogs.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	// The test's own Redis servers are waited for until the test ends.
@@ -276,10 +276,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: ms[0].Addr})
 	defer func() { _ = rdb.Close() }()
 	for _, cfg := range []skulock.Config{
-		{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}},
-		{Backend: skulock.BackendSetNX, Redis: rdb},
-		{Backend: skulock.BackendDBTable, MySQLDSN: dsn},
-		{Backend: skulock.BackendRedlock, RedlockAddrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}},
+		{Backend: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}},
+		{Backend: skulock.GateSetNX, Redis: rdb},
+		{Backend: skulock.GateDBTable, MySQLDSN: dsn},
+		{Backend: skulock.GateRedlock, RedlockAddrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}},
 	} {
 		cfg.Lease = 5 * time.Second
 		l, closeFn, err := skulock.Open(context.Background(), cfg)
