@@ -113,4 +113,3 @@ func validSetting(sku string, set StockSetting) error {
 	}
 	return nil
 }
-

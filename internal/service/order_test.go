@@ -327,7 +327,10 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock waits for the SKU lock.
 	h := e.holdSKU(t)
 	done := make(chan error, 1)
-	go func() { _, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: 7}); done <- err }()
+	go func() {
+		_, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: 7})
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		t.Fatalf("restock returned (%v) while another instance held the SKU lock; want it to wait", err)

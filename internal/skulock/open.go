@@ -35,23 +35,18 @@ func Gates() []string {
 // ValidGate reports whether name is a gate of Open.
 func ValidGate(name string) bool { return slices.Contains(Gates(), name) }
 
-// The names before "gate" was the one word for them, kept only while
-// internal/app/config.go (regrouped in another change) still uses them.
+// The old names of GateRedlock, GateEtcd, Gates and ValidGate, from before
+// "gate" was the one word for them; kept only while internal/app/config.go
+// (regrouped in another change) still calls them, then to be removed.
 const (
-	// Deprecated: use GateRedlock.
-	BackendRedlock = GateRedlock
-	// Deprecated: use GateEtcd.
-	BackendEtcd = GateEtcd
+	BackendRedlock = GateRedlock // old name of GateRedlock
+	BackendEtcd    = GateEtcd    // old name of GateEtcd
 )
 
-// Backends returns Gates().
-//
-// Deprecated: use Gates.
+// Backends is the old name of Gates.
 func Backends() []string { return Gates() }
 
-// ValidBackend reports ValidGate(name).
-//
-// Deprecated: use ValidGate.
+// ValidBackend is the old name of ValidGate.
 func ValidBackend(name string) bool { return ValidGate(name) }
 
 // Config is what Open needs; each gate reads only its own fields.
