@@ -124,7 +124,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o          options
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
 		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk")
-		backends   = fs.String("backends", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Backends(), ","))
+		backends   = fs.String("backends", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Gates(), ","))
 		pf         = phaseFlags{strats: strats, phases: phases, backends: backends, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
 		quiet      = fs.Bool("q", false, "no progress lines")
 		defaultOut = filepath.Join("loadtest", "report")
@@ -239,11 +239,11 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 		case "gates":
 			gates.backends = splitList(*pf.backends)
 			if *pf.backends == "all" {
-				gates.backends = skulock.Backends()
+				gates.backends = skulock.Gates()
 			}
 			for _, b := range gates.backends {
-				if !skulock.ValidBackend(b) {
-					return fmt.Errorf("-backends: unknown backend %q; want some of %s", b, strings.Join(skulock.Backends(), ","))
+				if !skulock.ValidGate(b) {
+					return fmt.Errorf("-backends: unknown backend %q; want some of %s", b, strings.Join(skulock.Gates(), ","))
 				}
 			}
 			o.gates = &pf.gates

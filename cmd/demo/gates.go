@@ -52,9 +52,9 @@ type gateStores struct {
 func gateEnv(backend string, st gateStores) map[string]string {
 	env := map[string]string{"STOCK_RATE_IP": "0", "STOCK_TRUSTED_PROXIES": "127.0.0.1", "STOCK_LOCK_BACKEND": backend}
 	switch backend {
-	case skulock.BackendRedlock:
+	case skulock.GateRedlock:
 		env["STOCK_REDLOCK_ADDRS"] = strings.Join(st.masters, ",")
-	case skulock.BackendEtcd:
+	case skulock.GateEtcd:
 		env["STOCK_ETCD_ENDPOINTS"] = st.etcd
 	}
 	return env
@@ -115,7 +115,7 @@ func startGateServers(ctx context.Context, o options, dir string) (*gateServers,
 	for _, s := range gs.redis[1:] {
 		gs.stores.masters = append(gs.stores.masters, s.Addr)
 	}
-	if slices.Contains(o.gates.backends, skulock.BackendEtcd) {
+	if slices.Contains(o.gates.backends, skulock.GateEtcd) {
 		e, err := fleet.StartEtcd(ctx, filepath.Join(dir, "etcd"))
 		if err != nil {
 			return gs, err

@@ -33,7 +33,7 @@ import (
 // App is one assembled stock server. Close releases what New opened.
 type App struct {
 	Handler  http.Handler
-	Service  *service.Service
+	Parts    service.Parts // the service
 	Store    *repo.Store
 	Redis    redis.UniversalClient
 	Metrics  *metrics.Metrics
@@ -104,7 +104,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		}
 	}
 	a.newService(ctx, cfg, o, locker, tp, log)
-	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, tp, log), a.Service, log, a.Metrics, a.Registry); err != nil {
+	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, tp, log),
+		handler.Services{Placer: a.Parts.Service, Lifecycle: a.Parts.Lifecycle, Inventory: a.Parts.Inventory}, log, a.Metrics, a.Registry); err != nil {
 		return nil, fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
 	}
 	return a, nil
@@ -183,9 +184,8 @@ func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error)
 	return l, nil
 }
 
-// newService makes the service of the Orders group and starts its
-// background work: the listener of other instances' stock changes, the
-// expiry sweep and the counter reconcile.
+// newService makes the service's parts and starts the listener of other
+// instances' stock changes, the sweeper and the counter's reconcile.
 func (a *App) newService(ctx context.Context, cfg Config, o options, locker service.Locker, tp trace.TracerProvider, log *slog.Logger) {
 	orders := cfg.Orders
 	if !orders.Strategy.Info().Safe {
@@ -205,13 +205,13 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 	if orders.Strategy.Info().Counted {
 		svcCfg.Counter = a.stockCounter(cfg.Redis)
 	}
-	a.Service = service.New(svcCfg, a.Store, locker, log, a.Metrics)
+	a.Parts = service.Build(svcCfg, a.Store, locker, log, a.Metrics)
 	// Restocks made through other instances end this one's sold-out answers.
-	a.background(ctx, func(ctx context.Context) { events.Listen(ctx, a.Service.StockChanged) })
+	a.background(ctx, func(ctx context.Context) { events.Listen(ctx, a.Parts.Service.StockChanged) })
 	// Reservations past their deadline expire here as at every instance.
-	a.background(ctx, func(ctx context.Context) { a.Service.RunSweeper(ctx, orders.ExpiryInterval) })
+	a.background(ctx, func(ctx context.Context) { a.Parts.Lifecycle.RunSweeper(ctx, orders.ExpiryInterval) })
 	// The counter strategies' drift is repaired from MySQL's rows here too.
-	a.background(ctx, func(ctx context.Context) { a.Service.RunCounterReconcile(ctx, orders.CounterReconcile) })
+	a.background(ctx, func(ctx context.Context) { a.Parts.Reconciler.Run(ctx, orders.CounterReconcile) })
 }
 
 // background runs f in a goroutine until Close, which cancels f's context

@@ -30,7 +30,7 @@ type enum struct {
 // values and docs/config.md lists them, both from here.
 var enums = map[string]enum{
 	"STOCK_STRATEGY":           {values: strategyNames},
-	"STOCK_LOCK_BACKEND":       {values: skulock.Backends},
+	"STOCK_LOCK_BACKEND":       {values: skulock.Gates},
 	"STOCK_LOCK_PUBSUB":        {values: redisson.PubSubModes, fold: true},
 	"STOCK_ON_REDIS_DOWN":      {values: func() []string { return []string{OnRedisDownDBOnly, OnRedisDownReject} }, fold: true},
 	"STOCK_RATE_ON_REDIS_DOWN": {values: func() []string { return []string{RateOnRedisDownOpen, RateOnRedisDownClosed} }, fold: true},
@@ -218,10 +218,10 @@ func (p *checker) together(c *Config) {
 		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", c.Orders.Strategy))
 	}
 	lk := c.Lock
-	if n := len(lk.Redlock.Addrs); lk.Backend == skulock.BackendRedlock && (n < 3 || n%2 == 0) {
+	if n := len(lk.Redlock.Addrs); lk.Backend == skulock.GateRedlock && (n < 3 || n%2 == 0) {
 		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
 	}
-	if lk.Backend == skulock.BackendEtcd && len(lk.Etcd.Endpoints) == 0 {
+	if lk.Backend == skulock.GateEtcd && len(lk.Etcd.Endpoints) == 0 {
 		p.fail("STOCK_ETCD_ENDPOINTS", "the etcd backend needs the cluster's endpoints")
 	}
 	if (lk.Etcd.Cert == "") != (lk.Etcd.Key == "") {

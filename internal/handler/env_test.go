@@ -144,7 +144,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	}
 	// Every request and answer is checked against the OpenAPI document.
 	srv := apptest.StartWrapped(t, cfg, func(h http.Handler) http.Handler { return checkSpec(t, h) }, opts...)
-	return &instance{url: srv.URL, metrics: srv.Metrics, reg: srv.Registry, svc: srv.Service}
+	return &instance{url: srv.URL, metrics: srv.Metrics, reg: srv.Registry, svc: srv.Parts.Service}
 }
 
 // httpClient's timeout only keeps a hung server from hanging the test: the

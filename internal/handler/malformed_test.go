@@ -14,10 +14,10 @@ import (
 )
 
 // recorder is a Service that records which of its methods were called and
-// answers through a real service.Service on an in-memory store, so the
+// answers through the real service's parts on an in-memory store, so the
 // service's own validation answers the requests the handler passes on.
 type recorder struct {
-	svc *service.Service
+	svc Service
 
 	mu    sync.Mutex
 	calls []string
@@ -92,7 +92,8 @@ func TestMalformedRequestsTable(t *testing.T) {
 	if _, err := store.SetStock(context.Background(), "SKU-1", service.StockSetting{Available: 5}); err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{svc: service.New(service.Config{Strategy: service.StrategyLockVersion, BatchMax: 64}, store, servicetest.NewLocker(), nil, nil)}
+	p := service.Build(service.Config{Strategy: service.StrategyLockVersion, BatchMax: 64}, store, servicetest.NewLocker(), nil, nil)
+	rec := &recorder{svc: Services{Placer: p.Service, Lifecycle: p.Lifecycle, Inventory: p.Inventory}}
 	e := newEdge(t, Config{}, rec)
 	ok := `{"sku":"SKU-1","quantity":1}`
 	js := "application/json"

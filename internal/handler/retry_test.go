@@ -98,7 +98,7 @@ func TestTimedOutClientsRetrySameKey(t *testing.T) {
 }
 
 // A request that gives up while it is still waiting in its SKU's line (not
-// yet in a batch) leaves the line: nothing is written for it.
+// yet in a batch) leaves the queue: nothing is written for it.
 func TestGivingUpInLineWritesNothing(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
@@ -117,7 +117,7 @@ func TestGivingUpInLineWritesNothing(t *testing.T) {
 	req.Header.Set("Idempotency-Key", "gl-quitter")
 	if resp, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
 		_ = resp.Body.Close()
-		t.Fatal("the impatient request was answered within 50ms; the test needs it to time out in line")
+		t.Fatal("the impatient request was answered within 50ms; the test needs it to time out in the queue")
 	}
 	if r := <-first; r.status != http.StatusCreated {
 		t.Fatalf("first order = %d %s", r.status, r.body)
@@ -125,6 +125,6 @@ func TestGivingUpInLineWritesNothing(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // a batch the quitter might have joined would be done by now
 	orders := d.ordersOf(t, "GL")
 	if _, ok := orders["gl-quitter"]; ok || len(orders) != 1 {
-		t.Fatalf("orders = %v; want only gl-first (the quitter left the line before any batch took it)", orders)
+		t.Fatalf("orders = %v; want only gl-first (the quitter left the queue before any batch took it)", orders)
 	}
 }

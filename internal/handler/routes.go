@@ -22,16 +22,39 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-// Service is what the handler calls.
-type Service interface {
+// Placer places orders (*service.Service).
+type Placer interface {
 	Place(ctx context.Context, r service.PlaceRequest) (service.Order, bool, error)
+}
+
+// Lifecycle reads and moves placed orders (*service.Lifecycle).
+type Lifecycle interface {
 	Order(ctx context.Context, buyer string, id int64) (service.Order, error)
 	Orders(ctx context.Context, buyer string, f service.OrderFilter) ([]service.Order, error)
 	Confirm(ctx context.Context, id int64, paymentRef string) (service.Order, error)
 	Cancel(ctx context.Context, buyer string, id int64) (service.Order, error)
+}
+
+// Inventory reads, sets and audits a SKU's stock (*service.Inventory).
+type Inventory interface {
 	Stock(ctx context.Context, sku string) (service.Stock, error)
 	SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error)
 	Audit(ctx context.Context, sku string) (service.Audit, error)
+}
+
+// Service is everything the handler calls; Services makes one of the
+// service's parts.
+type Service interface {
+	Placer
+	Lifecycle
+	Inventory
+}
+
+// Services is a Service of its three parts.
+type Services struct {
+	Placer
+	Lifecycle
+	Inventory
 }
 
 // Config configures the handler.

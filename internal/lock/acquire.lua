@@ -1,9 +1,9 @@
 -- Fresh acquire of a lock chain (Redisson RLock layout), fair between clients.
 -- KEYS[1] lock hash, KEYS[2] fencing counter,
--- KEYS[3] queue of waiting clients (list), KEYS[4] their deadlines (zset, ms)
+-- KEYS[3] line of waiting clients (list), KEYS[4] their deadlines (zset, ms)
 -- ARGV[1] lease in ms, ARGV[2] owner field "<clientID>:<holdID>" (never reused),
--- ARGV[3] how long a queue entry lives without a retry, in ms
---         (0: a single attempt that does not join the queue)
+-- ARGV[3] how long a line entry lives without a retry, in ms
+--         (0: a single attempt that does not join the line)
 -- The line holds clientIDs: the owner field up to its last ':'.
 -- Reply: {fence} when acquired; otherwise {wait, skip}: how long to wait at
 -- most, in ms (the holder's PTTL, or the deadline of the client first in

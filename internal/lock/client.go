@@ -140,8 +140,8 @@ type Client struct {
 	mu       sync.Mutex
 	closed   bool
 	closeCh  chan struct{}
-	queues   map[string]*queue   // by lock name
-	channels map[string]*queue   // by unlock channel
+	lines    map[string]*line    // by lock name
+	channels map[string]*line    // by unlock channel
 	leases   map[*lease]struct{} // every live hold chain
 	wdTimer  *time.Timer         // the watchdog tick; no goroutine exists between ticks
 	wdArmed  bool
@@ -166,8 +166,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		batch:    100,
 		epoch:    time.Now(),
 		closeCh:  make(chan struct{}),
-		queues:   make(map[string]*queue),
-		channels: make(map[string]*queue),
+		lines:    make(map[string]*line),
+		channels: make(map[string]*line),
 		leases:   make(map[*lease]struct{}),
 	}
 	_, c.cluster = rdb.(*redis.ClusterClient)
@@ -224,15 +224,15 @@ func (c *Client) Mutex(name string) *Mutex {
 		// and scores are not RedissonFairLock's ("redisson_lock_queue",
 		// "redisson_lock_timeout"), so the two lines never touch each
 		// other's keys on a name both use.
-		queue:   prefixed("golock_line", name),
+		line:    prefixed("golock_line", name),
 		timeout: prefixed("golock_line_deadline", name),
 		latch:   prefixed("redisson_unlock_latch", name) + ":",
 		// RedissonFairLock's line, read by a full release to wake its first
 		// thread.
-		fairQueue:    prefixed("redisson_lock_queue", name),
+		fairLine:     prefixed("redisson_lock_queue", name),
 		fairTimeouts: prefixed("redisson_lock_timeout", name),
 	}
-	m.acquireKeys = []string{m.name, m.token, m.queue, m.timeout}
+	m.acquireKeys = []string{m.name, m.token, m.line, m.timeout}
 	return m
 }
 

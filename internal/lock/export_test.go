@@ -19,12 +19,12 @@ func ScriptKind(arg string) string {
 	return ""
 }
 
-// Waiting returns how many waiters of c are queued for the lock name.
+// Waiting returns how many waiters of c are in line for the lock name.
 func Waiting(c *Client, name string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q := c.queues[name]; q != nil {
-		return len(q.waiters)
+	if ln := c.lines[name]; ln != nil {
+		return len(ln.waiters)
 	}
 	return 0
 }

@@ -62,7 +62,7 @@ func TestFairBetweenClients(t *testing.T) {
 }
 
 // A client first in line that stops retrying (crashed) delays a free lock by
-// at most the queue entry's lifetime (1s).
+// at most the line entry's lifetime (1s).
 func TestDeadWaiterIsSkipped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -100,7 +100,7 @@ func TestGivingUpLeavesTheLine(t *testing.T) {
 		t.Fatalf("TryLock on a held lock = %v", err)
 	}
 	if n := must(r.LLen(ctx, "golock_line:{"+name+"}").Result()); n != 0 {
-		t.Fatalf("queue length after the only waiter gave up = %d; want 0", n)
+		t.Fatalf("line length after the only waiter gave up = %d; want 0", n)
 	}
 	noErr(t, h.Unlock(ctx))
 	start := time.Now()
@@ -207,7 +207,7 @@ func TestLocalHandOffIsBounded(t *testing.T) {
 
 // A waiter whose predecessor in the same client took the lock, and whose
 // hold then ends without an unlock message (a fixed lease lapsing), still
-// gets the lock soon: it looks again every queueRefresh, not after its lease.
+// gets the lock soon: it looks again every lineRefresh, not after its lease.
 func TestHeadAfterLocalAcquireDoesNotSleepItsLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -316,7 +316,7 @@ func TestHandOffAheadInLineDoesNotStall(t *testing.T) {
 	y1 := must(y.Mutex(name).Lock(ctx))
 	y2c := lockAsync(ctx, y, name) // tries while Y holds: Y joins the line
 	waitLine(t, r, name, y.ID())
-	for lock.Waiting(y, name) != 1 { // queued in Y, so the unlock hands off to it
+	for lock.Waiting(y, name) != 1 { // in line in Y, so the unlock hands off to it
 		time.Sleep(time.Millisecond)
 	}
 	xc := lockAsync(ctx, x, name)

@@ -185,7 +185,7 @@ func (l *lease) undo(ctx context.Context, want int64) (int64, error) {
 // answer, it goes on in the background while the lease could be alive.
 func (l *lease) drop(ctx context.Context) error {
 	call := l.owner + ":drop"
-	keys := []string{l.name, l.m.channel, l.m.latch + "force:" + call, l.m.fairQueue, l.m.fairTimeouts}
+	keys := []string{l.name, l.m.channel, l.m.latch + "force:" + call, l.m.fairLine, l.m.fairTimeouts}
 	f := func(ctx context.Context) error {
 		_, err := l.c.forceCall(ctx, keys, l.owner, call)
 		return err

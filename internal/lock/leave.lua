@@ -1,5 +1,5 @@
 -- A client leaves the line of waiters (its last waiter gave up).
--- KEYS[1] queue of waiting clients, KEYS[2] their deadlines, KEYS[3] unlock
+-- KEYS[1] line of waiting clients, KEYS[2] their deadlines, KEYS[3] unlock
 -- channel; ARGV[1] clientID, ARGV[2] '1' to SPUBLISH too (a cluster with
 -- sharded pub/sub; absent otherwise)
 -- The clients behind it counted its turn among the unlocks to let go by, so

@@ -8,27 +8,27 @@ import (
 )
 
 // The line of waiters. Within a Client, the waiters of one lock name form a
-// queue served in arrival order: only the head contends in Redis, the others
+// line served in arrival order: only the head contends in Redis, the others
 // sleep until it leaves, and a full Unlock with a waiter behind it hands the
 // lock straight over (at most maxLocalTurns in a row).
 //
 // Between clients the line is kept in Redis: a waiting client is an entry
-// in the lock's queue (one per client, for its oldest waiter), and a free
+// in the lock's line (one per client, for its oldest waiter), and a free
 // lock goes to the client first in line. An entry that is not refreshed by a
-// retry within queueEntryTTL is dropped, so a crashed waiter delays the
+// retry within lineEntryTTL is dropped, so a crashed waiter delays the
 // others by at most that much.
 const (
-	queueEntryTTL = time.Second
-	queueRefresh  = 400 * time.Millisecond
+	lineEntryTTL = time.Second
+	lineRefresh  = 400 * time.Millisecond
 )
 
-// queue is the line of one Client's waiters for one lock name.
-type queue struct {
+// line is one Client's waiters for one lock name, in arrival order.
+type line struct {
 	m          *Mutex
 	waiters    []*waiter
 	wake       chan struct{} // pokes the head: an unlock was published, or the subscription is live
 	subscribed bool
-	inLine     bool   // this client has an entry in the lock's queue in Redis
+	inLine     bool   // this client has an entry in the lock's line in Redis
 	unlocks    uint64 // unlock messages seen
 	confirms   uint64 // subscription confirmations seen (the first, and after reconnects)
 }
@@ -56,7 +56,7 @@ type waiter struct {
 // barging with its starvation mode).
 const maxLocalTurns = 4
 
-// waitInLine queues a Lock call that found the lock busy (fastBusy: its
+// waitInLine puts in line a Lock call that found the lock busy (fastBusy: its
 // fast attempt did, which put this client in line in Redis) or found other
 // waiters of this Client ahead of it, and waits until it holds the lock, the
 // deadline (if not zero) passes, ctx ends or the Client closes.
@@ -65,10 +65,10 @@ func (m *Mutex) waitInLine(ctx context.Context, owner string, dur time.Duration,
 	c := m.c
 	p := &turn{m: m, owner: owner, dur: dur, watchdog: watchdog, deadline: deadline, timer: time.NewTimer(time.Hour)}
 	defer p.timer.Stop()
-	if p.q, p.w, err = c.enqueue(ctx, m, dur, watchdog); err != nil {
+	if p.ln, p.w, err = c.joinLine(ctx, m, dur, watchdog); err != nil {
 		return nil, err
 	}
-	defer func() { c.dequeue(p.q, p.w, h != nil) }()
+	defer func() { c.leaveLine(p.ln, p.w, h != nil) }()
 	if fastBusy {
 		if h, err = p.afterFastAttempt(ctx); err != nil || h != nil {
 			return h, err
@@ -91,7 +91,7 @@ type turn struct {
 	watchdog bool
 	deadline time.Time // zero: no bound but ctx
 	timer    *time.Timer
-	q        *queue
+	ln       *line
 	w        *waiter
 }
 
@@ -101,13 +101,13 @@ type turn struct {
 func (p *turn) afterFastAttempt(ctx context.Context) (*Hold, error) {
 	c := p.m.c
 	c.mu.Lock()
-	p.q.inLine = true
+	p.ln.inLine = true
 	c.mu.Unlock()
 	if !p.w.head {
 		return nil, nil
 	}
-	c.subscribe(p.q)
-	return p.sleep(ctx, queueRefresh, p.q.wake)
+	c.subscribe(p.ln)
+	return p.sleep(ctx, lineRefresh, p.ln.wake)
 }
 
 // awaitHead waits for this waiter's turn: only the oldest waiter of a Client
@@ -119,15 +119,15 @@ func (p *turn) awaitHead(ctx context.Context) (*Hold, error) {
 			return h, err
 		}
 		c.mu.Lock()
-		p.w.head = p.q.waiters[0] == p.w
+		p.w.head = p.ln.waiters[0] == p.w
 		c.mu.Unlock()
 	}
 	if p.w.skipFirst {
 		// The waiter before us just took the lock: an attempt now can only
 		// fail. Wait for its unlock message instead (or a refresh, in case
 		// its hold ends without one: a lapsed lease, a failed unlock).
-		c.subscribe(p.q)
-		return p.sleep(ctx, queueRefresh, p.q.wake)
+		c.subscribe(p.ln)
+		return p.sleep(ctx, lineRefresh, p.ln.wake)
 	}
 	return nil, nil
 }
@@ -138,16 +138,16 @@ func (p *turn) contend(ctx context.Context) (*Hold, error) {
 	c := p.m.c
 	for {
 		c.mu.Lock()
-		unlocks, confirms := p.q.unlocks, p.q.confirms
+		unlocks, confirms := p.ln.unlocks, p.ln.confirms
 		c.mu.Unlock()
-		h, b, err := p.m.attempt(ctx, p.owner, p.dur, p.watchdog, queueEntryTTL)
+		h, b, err := p.m.attempt(ctx, p.owner, p.dur, p.watchdog, lineEntryTTL)
 		if err != nil || h != nil {
 			return h, err
 		}
 		c.mu.Lock()
-		p.q.inLine = true
+		p.ln.inLine = true
 		c.mu.Unlock()
-		c.subscribe(p.q)
+		c.subscribe(p.ln)
 		if h, err := p.awaitRetry(ctx, b, unlocks, confirms); err != nil || h != nil {
 			return h, err
 		}
@@ -155,8 +155,8 @@ func (p *turn) contend(ctx context.Context) (*Hold, error) {
 }
 
 // awaitRetry sleeps until the next attempt after one that found the lock
-// busy (b), unlocks and confirms being the queue's counts before it. It
-// retries at least every queueRefresh, which keeps our place in line. Each
+// busy (b), unlocks and confirms being the line's counts before it. It
+// retries at least every lineRefresh, which keeps our place in line. Each
 // unlock hands the lock to the client first in line, so a client lets the
 // unlocks that go to those ahead of it go by; a new subscription
 // confirmation (messages may have been missed) ends the sleep at once.
@@ -168,13 +168,13 @@ func (p *turn) awaitRetry(ctx context.Context, b busy, unlocks, confirms uint64)
 	case b.wait == 0:
 		b.wait = time.Millisecond
 	}
-	retryAt := time.Now().Add(min(b.wait, queueRefresh))
+	retryAt := time.Now().Add(min(b.wait, lineRefresh))
 	for {
-		if h, err := p.sleep(ctx, time.Until(retryAt), p.q.wake); err != nil || h != nil {
+		if h, err := p.sleep(ctx, time.Until(retryAt), p.ln.wake); err != nil || h != nil {
 			return h, err
 		}
 		c.mu.Lock()
-		u, cf := p.q.unlocks, p.q.confirms
+		u, cf := p.ln.unlocks, p.ln.confirms
 		c.mu.Unlock()
 		if !time.Now().Before(retryAt) || cf != confirms || b.skip < 0 || u-unlocks > uint64(b.skip) {
 			return nil, nil
@@ -211,31 +211,31 @@ func (p *turn) sleep(ctx context.Context, d time.Duration, wake <-chan struct{})
 	return nil, nil
 }
 
-// enqueue puts a waiter for m at the back of c's line for it; ctx, dur and
+// joinLine puts a waiter for m at the back of c's line for it; ctx, dur and
 // watchdog are for the hold a local hand-off gives it.
-func (c *Client) enqueue(ctx context.Context, m *Mutex, dur time.Duration, watchdog bool) (*queue, *waiter, error) {
+func (c *Client) joinLine(ctx context.Context, m *Mutex, dur time.Duration, watchdog bool) (*line, *waiter, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, nil, ErrClosed
 	}
-	q := c.queues[m.name]
-	if q == nil {
-		q = &queue{m: m, wake: make(chan struct{}, 1)}
-		c.queues[m.name] = q
-		c.channels[m.channel] = q
+	ln := c.lines[m.name]
+	if ln == nil {
+		ln = &line{m: m, wake: make(chan struct{}, 1)}
+		c.lines[m.name] = ln
+		c.channels[m.channel] = ln
 	}
-	w := &waiter{head: len(q.waiters) == 0, ctx: ctx, dur: dur, watchdog: watchdog, grant: make(chan *Hold, 1)}
+	w := &waiter{head: len(ln.waiters) == 0, ctx: ctx, dur: dur, watchdog: watchdog, grant: make(chan *Hold, 1)}
 	if !w.head {
 		w.turn = make(chan struct{})
 	}
-	q.waiters = append(q.waiters, w)
-	return q, w, nil
+	ln.waiters = append(ln.waiters, w)
+	return ln, w, nil
 }
 
-// dequeue takes w out of the line when its Lock call returns (acquired: with
+// leaveLine takes w out of the line when its Lock call returns (acquired: with
 // a hold), and lets the line in Redis go when it was the last waiter.
-func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
+func (c *Client) leaveLine(ln *line, w *waiter, acquired bool) {
 	c.mu.Lock()
 	if w.claimed && !w.received {
 		// An Unlock is handing us the lock as we leave. If it has sent it
@@ -255,35 +255,35 @@ func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
 			w.abandoned = true
 		}
 	}
-	for i, x := range q.waiters {
+	for i, x := range ln.waiters {
 		if x == w {
-			copy(q.waiters[i:], q.waiters[i+1:])
-			q.waiters[len(q.waiters)-1] = nil
-			q.waiters = q.waiters[:len(q.waiters)-1]
-			if i == 0 && len(q.waiters) > 0 {
-				q.waiters[0].skipFirst = acquired
-				close(q.waiters[0].turn)
+			copy(ln.waiters[i:], ln.waiters[i+1:])
+			ln.waiters[len(ln.waiters)-1] = nil
+			ln.waiters = ln.waiters[:len(ln.waiters)-1]
+			if i == 0 && len(ln.waiters) > 0 {
+				ln.waiters[0].skipFirst = acquired
+				close(ln.waiters[0].turn)
 			}
 			break
 		}
 	}
 	unsub, leave := false, false
-	if len(q.waiters) == 0 {
-		delete(c.queues, q.m.name)
-		delete(c.channels, q.m.channel)
-		unsub = q.subscribed
-		q.subscribed = false
-		leave = q.inLine && !acquired // the acquire took us out of the line
+	if len(ln.waiters) == 0 {
+		delete(c.lines, ln.m.name)
+		delete(c.channels, ln.m.channel)
+		unsub = ln.subscribed
+		ln.subscribed = false
+		leave = ln.inLine && !acquired // the acquire took us out of the line
 	}
 	c.mu.Unlock()
 	if unsub {
-		c.sub.unsubscribe(q.m.channel)
+		c.sub.unsubscribe(ln.m.channel)
 	}
 	if leave {
 		// The last waiter gave up: leave the line now rather than make the
 		// others wait for our entry to lapse.
 		ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
-		keys := []string{q.m.queue, q.m.timeout, q.m.channel}
+		keys := []string{ln.m.line, ln.m.timeout, ln.m.channel}
 		if c.sharded(ctx) {
 			_ = leaveScript.Run(ctx, c.rdb, keys, c.id, spublishArg).Err()
 		} else {
@@ -293,36 +293,36 @@ func (c *Client) dequeue(q *queue, w *waiter, acquired bool) {
 	}
 }
 
-// subscribe makes sure the queue's unlock channel is subscribed.
-func (c *Client) subscribe(q *queue) {
+// subscribe makes sure the line's unlock channel is subscribed.
+func (c *Client) subscribe(ln *line) {
 	c.mu.Lock()
-	if q.subscribed || c.closed {
+	if ln.subscribed || c.closed {
 		c.mu.Unlock()
 		return
 	}
-	q.subscribed = true
+	ln.subscribed = true
 	c.mu.Unlock()
-	c.sub.subscribe(q.m.channel)
+	c.sub.subscribe(ln.m.channel)
 }
 
-// queued reports whether a waiter of c is in line for the lock name.
-func (c *Client) queued(name string) bool {
+// hasLine reports whether a waiter of c is in line for the lock name.
+func (c *Client) hasLine(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.queues[name]
+	_, ok := c.lines[name]
 	return ok
 }
 
-// claimHead reserves the head waiter of the lock's queue for a local
+// claimHead reserves the head waiter of the lock's line for a local
 // hand-off, or returns nil when there is none to give it to.
 func (c *Client) claimHead(name string) *waiter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	q := c.queues[name]
-	if q == nil || len(q.waiters) == 0 || c.closed {
+	ln := c.lines[name]
+	if ln == nil || len(ln.waiters) == 0 || c.closed {
 		return nil
 	}
-	w := q.waiters[0]
+	w := ln.waiters[0]
 	if w.claimed {
 		return nil
 	}
@@ -335,7 +335,7 @@ func (c *Client) claimHead(name string) *waiter {
 func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) error {
 	c, m := l.c, l.m
 	owner := c.nextOwner()
-	res, err := transferScript.Run(ctx, c.rdb, []string{m.name, m.token, m.queue, m.timeout},
+	res, err := transferScript.Run(ctx, c.rdb, []string{m.name, m.token, m.line, m.timeout},
 		l.owner, owner, w.dur.Milliseconds(), c.id).Result()
 	var fence int64
 	if err == nil {
@@ -390,22 +390,22 @@ func (l *lease) handOff(ctx context.Context, w *waiter, sent time.Duration) erro
 	return nil
 }
 
-// poke wakes the head waiter of the queue on channel, if any, after an
+// poke wakes the head waiter of the line on channel, if any, after an
 // unlock message or a subscription confirmation.
 func (c *Client) poke(channel string, unlock bool) {
 	c.mu.Lock()
-	q := c.channels[channel]
-	if q != nil {
+	ln := c.channels[channel]
+	if ln != nil {
 		if unlock {
-			q.unlocks++
+			ln.unlocks++
 		} else {
-			q.confirms++
+			ln.confirms++
 		}
 	}
 	c.mu.Unlock()
-	if q != nil {
+	if ln != nil {
 		select {
-		case q.wake <- struct{}{}:
+		case ln.wake <- struct{}{}:
 		default:
 		}
 	}

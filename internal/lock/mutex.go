@@ -18,11 +18,11 @@ type Mutex struct {
 	name    string
 	token   string
 	channel string
-	queue   string // list of waiting client ids, first in line first
+	line    string // list of waiting client ids, first in line first
 	timeout string // zset: each waiting client's deadline
 	latch   string // prefix of the unlock latch keys
 
-	fairQueue, fairTimeouts string // RedissonFairLock's line of threads, read on release
+	fairLine, fairTimeouts string // RedissonFairLock's line of threads, read on release
 
 	acquireKeys []string
 }
@@ -82,7 +82,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		if len(owners) == 0 {
 			return false, nil
 		}
-		n, err := m.c.forceCall(ctx, []string{m.name, m.channel, latch, m.fairQueue, m.fairTimeouts}, owners[0], call)
+		n, err := m.c.forceCall(ctx, []string{m.name, m.channel, latch, m.fairLine, m.fairTimeouts}, owners[0], call)
 		if err != nil {
 			return false, fmt.Errorf("lock: force unlock %q: %w", m.name, err)
 		}
@@ -122,8 +122,8 @@ func (m *Mutex) acquire(ctx context.Context, wait, leaseDur time.Duration) (*Hol
 	// at once; that overtakes no one here, and the line in Redis guards the
 	// other clients' turn.
 	fastBusy := false
-	if !c.queued(m.name) {
-		h, _, err := m.attempt(ctx, owner, dur, watchdog, queueEntryTTL)
+	if !c.hasLine(m.name) {
+		h, _, err := m.attempt(ctx, owner, dur, watchdog, lineEntryTTL)
 		if err != nil || h != nil {
 			return h, err
 		}
@@ -239,7 +239,7 @@ func acquireErr(ctx context.Context, name string, err error) error {
 func (m *Mutex) releaseCall(ctx context.Context, owner string, fence, want int64, dur time.Duration) (int64, error) {
 	var buf [128]byte // on the stack for names of usual length
 	latch := string(strconv.AppendInt(append(buf[:0], m.latch...), fence, 10))
-	keys := []string{m.name, m.channel, latch, m.fairQueue, m.fairTimeouts}
+	keys := []string{m.name, m.channel, latch, m.fairLine, m.fairTimeouts}
 	if m.c.sharded(ctx) {
 		return releaseScript.Run(ctx, m.c.rdb, keys, msArg(dur), owner, want, latchMsArg, spublishArg).Int64()
 	}

@@ -63,7 +63,7 @@ func execTx(t testing.TB, r *redis.Client, f func(p redis.Pipeliner)) {
 func cleanKeys(t testing.TB, r *redis.Client, name string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
-		keys := []string{name, javaQueue(name), javaTimeouts(name), goLine(name), goDeadlines(name),
+		keys := []string{name, javaLineKey(name), javaTimeouts(name), goLine(name), goDeadlines(name),
 			"redisson_lock_token:{" + name + "}"}
 		glob := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(name)
 		it := r.Scan(ctx, 0, "redisson_unlock_latch:{"+glob+"}:*", 100).Iterator()
@@ -97,10 +97,10 @@ func (a zline) equal(b zline) bool {
 func checkJavaLineKept(t *testing.T, r *redis.Client, name string, want zline, after string) {
 	t.Helper()
 	ctx := context.Background()
-	if got := readLine(r, javaQueue(name), javaTimeouts(name)); !got.equal(want) {
+	if got := readLine(r, javaLineKey(name), javaTimeouts(name)); !got.equal(want) {
 		t.Errorf("after %s, Redisson's line = %v %v; want it unchanged, %v %v", after, got.ids, got.deadlines, want.ids, want.deadlines)
 	}
-	for _, k := range []string{javaQueue(name), javaTimeouts(name)} {
+	for _, k := range []string{javaLineKey(name), javaTimeouts(name)} {
 		switch pttl := must(r.Do(ctx, "PTTL", k).Int64()); pttl {
 		case -1:
 		case -2:
@@ -188,7 +188,7 @@ func checkOwner(t *testing.T, r *redis.Client, name, prefix string) {
 	}
 }
 
-// A Java thread queued by RedissonFairLock behind a Go holder goes into
+// A Java thread in line by RedissonFairLock behind a Go holder goes into
 // Redisson's line only: Go's line and deadlines are untouched, Go's waiters
 // are served in their order, and nothing Go does sets a TTL on (or otherwise
 // changes) Redisson's line. While Go holds, Redisson's script is refused.
@@ -205,7 +205,7 @@ func TestRedissonFairWaiterBesideGoLine(t *testing.T) {
 	cc := lockAsync(ctx, c, name)
 	waitLine(t, r, name, b.ID(), c.ID())
 
-	// The Java thread queues; Go's line is read just before and just after,
+	// The Java thread lines; Go's line is read just before and just after,
 	// in the same transaction, so no Go retry can come in between.
 	now := redisNowMs(r)
 	var lineBefore, lineAfter *redis.StringSliceCmd
@@ -235,7 +235,7 @@ func TestRedissonFairWaiterBesideGoLine(t *testing.T) {
 	if len(zBefore.Val()) != 2 {
 		t.Errorf("Go's deadlines in %s = %v; want one for each of the two waiting clients", goDeadlines(name), zBefore.Val())
 	}
-	javaLine := readLine(r, javaQueue(name), javaTimeouts(name))
+	javaLine := readLine(r, javaLineKey(name), javaTimeouts(name))
 	wantJava := zline{[]string{"java-uuid:1"}, []redis.Z{redisZ(float64(now+ttl+javaThreadWaitMs), "java-uuid:1")}}
 	if !javaLine.equal(wantJava) {
 		t.Errorf("Redisson's line = %v %v; want the Java thread alone, timeout now + ttl + threadWaitTime: %v %v",
@@ -307,7 +307,7 @@ func TestGoBesideRedissonFairLine(t *testing.T) {
 	if ttl, got := javaTry(t, r, name, "java-uuid:2"); got || ttl <= 0 || ttl > javaLeaseMs {
 		t.Fatalf("Redisson's fair acquire of a lock Java holds = acquired %v, ttl %d; want the holder's PTTL", got, ttl)
 	}
-	javaLine := readLine(r, javaQueue(name), javaTimeouts(name))
+	javaLine := readLine(r, javaLineKey(name), javaTimeouts(name))
 	if !slices.Equal(javaLine.ids, []string{"java-uuid:2"}) {
 		t.Fatalf("Redisson's line = %v; want [java-uuid:2]", javaLine.ids)
 	}
@@ -321,7 +321,7 @@ func TestGoBesideRedissonFairLine(t *testing.T) {
 	// code's was Redisson's).
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		if slices.Contains(must(r.LRange(ctx, goLine(name), 0, -1).Result()), g.ID()) ||
-			must(r.LLen(ctx, javaQueue(name)).Result()) != 1 {
+			must(r.LLen(ctx, javaLineKey(name)).Result()) != 1 {
 			break
 		}
 		if time.Now().After(deadline) {

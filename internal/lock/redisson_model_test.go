@@ -42,7 +42,7 @@ const (
 	javaThreadWaitMs = 300000 // RedissonFairLock's default threadWaitTime
 )
 
-func javaQueue(name string) string    { return "redisson_lock_queue:{" + name + "}" }
+func javaLineKey(name string) string  { return "redisson_lock_queue:{" + name + "}" }
 func javaTimeouts(name string) string { return "redisson_lock_timeout:{" + name + "}" }
 func javaChannel(name string) string  { return "redisson_lock__channel:{" + name + "}" }
 func goLine(name string) string       { return "golock_line:{" + name + "}" }
@@ -132,18 +132,18 @@ if st.line[1] then redis.call('publish', KEYS[4] .. ':' .. st.line[1], '0') end
 return 1
 `)
 
-// javaAcquireCmd queues one fair acquire of thread on c (a client or a
+// javaAcquireCmd lines one fair acquire of thread on c (a client or a
 // transaction), as the Java client would send it at nowMs.
 func javaAcquireCmd(c redis.Scripter, name, thread string, nowMs int64) *redis.Cmd {
 	return modelFairAcquire.Eval(context.Background(), c,
-		[]string{name, javaQueue(name), javaTimeouts(name)},
+		[]string{name, javaLineKey(name), javaTimeouts(name)},
 		javaLeaseMs, thread, javaThreadWaitMs, nowMs)
 }
 
-// javaFairUnlockCmd queues a fair thread's unlock on c, sent at nowMs.
+// javaFairUnlockCmd lines a fair thread's unlock on c, sent at nowMs.
 func javaFairUnlockCmd(c redis.Scripter, name, thread string, nowMs int64) *redis.Cmd {
 	return modelFairUnlock.Eval(context.Background(), c,
-		[]string{name, javaQueue(name), javaTimeouts(name), javaChannel(name)},
+		[]string{name, javaLineKey(name), javaTimeouts(name), javaChannel(name)},
 		javaLeaseMs, thread, javaThreadWaitMs, nowMs)
 }
 
@@ -223,7 +223,7 @@ func TestRedissonModelAgreesWithPackage(t *testing.T) {
 			t.Fatalf("message on %s = %q; want \"0\" (unlocked)", m.Channel, m.Payload)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("Go's unlock published nothing on %s: the first fair thread in %s is not woken", javaThreadChannel(name, thread), javaQueue(name))
+		t.Fatalf("Go's unlock published nothing on %s: the first fair thread in %s is not woken", javaThreadChannel(name, thread), javaLineKey(name))
 	}
 	if ttl, got := javaTry(t, r, name, thread); !got {
 		t.Fatalf("fair acquire of the woken first thread = wait %d; want the free lock", ttl)

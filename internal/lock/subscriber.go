@@ -11,7 +11,7 @@ import (
 )
 
 // subscriber holds a Client's pub/sub connections, shared by all its
-// waiters: a channel is subscribed while a queue of waiters needs it, and a
+// waiters: a channel is subscribed while a line of waiters needs it, and a
 // connection is closed when no channel is left on it. There is one
 // connection for plain SUBSCRIBE, and, on a cluster with sharded pub/sub, one
 // per hash slot waited on for SSUBSCRIBE (go-redis binds a sharded
@@ -28,7 +28,7 @@ type subscriber struct {
 // plainConn is the key in subscriber.conns of the connection for SUBSCRIBE.
 const plainConn = -1
 
-// subRef is one subscribed channel: its waiting queues and its connection.
+// subRef is one subscribed channel: its waiting lines and its connection.
 type subRef struct {
 	n    int
 	conn int // key in subscriber.conns

@@ -1,6 +1,6 @@
 -- Hand a fully released lock straight to the next waiter of the same client
 -- (a bounded local hand-off: no PUBLISH or SPUBLISH, no race with other clients).
--- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines
+-- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] line, KEYS[4] line deadlines
 -- ARGV[1] old owner, ARGV[2] new owner, ARGV[3] lease in ms, ARGV[4] clientID
 -- Reply: {fence} of the new chain, or 0 when the old owner did not hold it at count 1.
 if redis.call('hget', KEYS[1], ARGV[2]) == '1' then

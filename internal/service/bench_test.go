@@ -14,7 +14,7 @@ import (
 )
 
 // memStore answers DeductBatch from memory, so a benchmark of Place measures
-// the service's own work on the combined lock+version path (line, batch,
+// the service's own work on the combined lock+version path (queue, batch,
 // lock, answer) without MySQL.
 type memStore struct {
 	service.Store // the other methods are not called on this path

@@ -27,8 +27,8 @@ import (
 // call is one order in a batch.
 type call = combine.Call[Deduction, Order]
 
-// errLineFull is the answer past the per-SKU cap.
-func errLineFull(limit int) error {
+// errQueueFull is the answer past the per-SKU cap.
+func errQueueFull(limit int) error {
 	return fmt.Errorf("%w: more than %d orders of this SKU are waiting at this instance", ErrBusy, limit)
 }
 
@@ -39,13 +39,13 @@ func (s *Service) placeBatched(ctx context.Context, d Deduction) (Order, error) 
 	var o Order
 	var err error
 	if s.cfg.BatchMax > 1 {
-		o, err = s.batches.Submit(ctx, d.SKU, d)
+		o, err = s.queues.Submit(ctx, d.SKU, d)
 	} else {
-		o, err = s.batches.Alone(ctx, d.SKU, d)
+		o, err = s.queues.Alone(ctx, d.SKU, d)
 	}
 	switch {
 	case errors.Is(err, combine.ErrFull):
-		return Order{}, errLineFull(s.cfg.QueueMax)
+		return Order{}, errQueueFull(s.cfg.QueueMax)
 	case errors.Is(err, combine.ErrGaveUp):
 		return Order{}, fmt.Errorf("%w: %w: %w", ErrUnavailable, errNotQueued, ctx.Err())
 	}
@@ -62,7 +62,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	// The batch's span is a child of its first order's, linked to the
 	// others' (and they to it), so each order's trace shows the batch that
 	// placed it.
-	bctx, span := s.batchSpan(sku, batch)
+	bctx, span := s.trace.batchSpan(sku, batch)
 	var failed error // the batch's own error, if any
 	defer func() { endSpan(span, "", failed) }()
 	if s.info.Counted { // the counter's winners: no lock, the versioned UPDATE decides
@@ -71,7 +71,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch)
 		return
 	}
-	if s.skipLock() {
+	if s.redis.skip() {
 		s.metrics.Batch(len(batch))
 		eachWithoutRedis(s, batch, nil)
 		return
@@ -85,7 +85,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	// A batch of many requests waits on its own bounded context (bctx): no
 	// single client's cancellation may stop it. A batch of one waits on its
 	// client's.
-	h, err := s.takeLock(bctx, sku)
+	h, err := s.locks.take(bctx, sku)
 	var down redisDown
 	switch {
 	case errors.As(err, &down):
@@ -96,7 +96,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		answerAll(batch, err)
 		return
 	}
-	defer s.releaseLock(bctx, h)
+	defer s.locks.release(bctx, h)
 	checked := 0
 	if keysChecked {
 		checked = len(batch)
@@ -143,7 +143,7 @@ func (s *Service) joinLate(sku string, batch []*call, span trace.Span) []*call {
 	if n <= 0 {
 		return batch
 	}
-	more := s.batches.More(sku, n)
+	more := s.queues.More(sku, n)
 	linkSpans(span, more)
 	batch = append(batch, more...)
 	if len(more) > 0 && span.IsRecording() {
@@ -181,12 +181,12 @@ func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch 
 // answered per order).
 func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 	// The write's bound starts now, after the wait in the queue and for the lock.
-	wctx, cancel := context.WithTimeout(s.withSpan(context.Background(), span), s.cfg.WriteTimeout)
+	wctx, cancel := context.WithTimeout(s.trace.withSpan(context.Background(), span), s.cfg.WriteTimeout)
 	defer cancel()
 	var orders []Order
 	var errs []error
-	err := s.retryConflicts(wctx, func(n int) error {
-		tctx, tspan := s.span(wctx, "stock.transaction")
+	err := s.writes.retryConflicts(wctx, func(n int) error {
+		tctx, tspan := s.trace.span(wctx, "stock.transaction")
 		if tspan.IsRecording() {
 			tspan.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(b.SKU), attrWrite.String("versioned"),
 				attrBatchSize.Int(len(batch)), attrAttempt.Int(n+1))
@@ -271,28 +271,6 @@ func (s *Service) answerReplays(ctx context.Context, batch []*call) ([]*call, bo
 		rest = append(rest, c)
 	}
 	return rest, true
-}
-
-// batchSpan starts the span of a batch: a child of the first order's span,
-// with links to and from the others. The context it returns is the one the
-// batch waits for the lock on: a batch of one's is its order's, a batch of
-// many's is context.Background() with the span only (no request's deadline
-// or cancellation). Tracing off: that context and a no-op span.
-func (s *Service) batchSpan(sku string, batch []*call) (context.Context, trace.Span) {
-	first := batch[0].Ctx
-	if s.cfg.Tracer == nil {
-		if len(batch) == 1 {
-			return first, noSpan
-		}
-		return context.Background(), noSpan
-	}
-	if len(batch) == 1 {
-		return s.cfg.Tracer.Start(first, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(1)))
-	}
-	parent := trace.ContextWithSpan(context.Background(), trace.SpanFromContext(first))
-	bctx, span := s.cfg.Tracer.Start(parent, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(len(batch))))
-	linkSpans(span, batch[1:])
-	return bctx, span
 }
 
 // linkSpans links a batch's span to the spans of calls it serves, and

@@ -13,8 +13,8 @@ import (
 	"github.com/seckill/stock/internal/service/servicetest"
 )
 
-// newLineUnit is newUnit with a gate in the critical section, for lineUp.
-func newLineUnit(t *testing.T, cfg service.Config) (*unit, *gate) {
+// newQueueUnit is newUnit with a gate in the critical section, for queueUp.
+func newQueueUnit(t *testing.T, cfg service.Config) (*unit, *gate) {
 	t.Helper()
 	g := &gate{entered: make(chan struct{}), open: make(chan struct{})}
 	cfg.CriticalSectionHook = g.hook
@@ -35,12 +35,12 @@ func (g *gate) hook() {
 	}
 }
 
-// lineUp starts a leader whose batch of one takes the lock and stops in its
-// critical section, then queues reqs in the line one by one, so their
-// order in the line is the order of reqs. The line is the next batch, taken
+// queueUp starts a leader whose batch of one takes the lock and stops in its
+// critical section, then queues reqs one by one, so their
+// order in the queue is the order of reqs. The queue is the next batch, taken
 // (and its keys read) before its lock wait, once release lets the leader
-// finish. (lineUpWaiting queues them while the leader waits for the lock.)
-func (u *unit) lineUp(t *testing.T, g *gate, ctxs []context.Context, reqs []service.PlaceRequest) (release func(), lead <-chan placed, out []<-chan placed) {
+// finish. (queueUpWaiting queues them while the leader waits for the lock.)
+func (u *unit) queueUp(t *testing.T, g *gate, ctxs []context.Context, reqs []service.PlaceRequest) (release func(), lead <-chan placed, out []<-chan placed) {
 	t.Helper()
 	g.armed.Store(true)
 	lead = u.placeAsync(context.Background(), u.req(fmt.Sprintf("lead-%d", len(u.store.Stats().BatchSizes)), 1))
@@ -60,21 +60,21 @@ func (u *unit) lineUp(t *testing.T, g *gate, ctxs []context.Context, reqs []serv
 	}, lead, out
 }
 
-// queue places reqs one by one, each once the one before waits in line.
+// queue places reqs one by one, each once the one before waits in the queue.
 func (u *unit) queue(t *testing.T, ctxs []context.Context, reqs []service.PlaceRequest) []<-chan placed {
 	t.Helper()
 	var out []<-chan placed
 	for i, r := range reqs {
 		out = append(out, u.placeAsync(ctxs[i], r))
-		waitFor(t, fmt.Sprintf("%d orders in line", i+1), func() bool { return service.Waiting(u.svc, u.sku) == i+1 })
+		waitFor(t, fmt.Sprintf("%d orders in the queue", i+1), func() bool { return service.Waiting(u.svc, u.sku) == i+1 })
 	}
 	return out
 }
 
-// lineUpWaiting holds the SKU lock as another instance would, starts a
-// leader (its batch of one waits for the lock), then queues reqs in the
-// line. Once the hold ends, the leader's batch takes the line in too.
-func (u *unit) lineUpWaiting(t *testing.T, ctxs []context.Context, reqs []service.PlaceRequest) (*servicetest.Hold, <-chan placed, []<-chan placed) {
+// queueUpWaiting holds the SKU lock as another instance would, starts a
+// leader (its batch of one waits for the lock), then queues reqs behind
+// it. Once the hold ends, the leader's batch takes the queue in too.
+func (u *unit) queueUpWaiting(t *testing.T, ctxs []context.Context, reqs []service.PlaceRequest) (*servicetest.Hold, <-chan placed, []<-chan placed) {
 	t.Helper()
 	h, err := u.locks.Lock(u.sku)
 	if err != nil {
@@ -85,7 +85,7 @@ func (u *unit) lineUpWaiting(t *testing.T, ctxs []context.Context, reqs []servic
 	return h, lead, u.queue(t, ctxs, reqs)
 }
 
-// release ends the hold lineUpWaiting took and waits for the leader's own order.
+// release ends the hold queueUpWaiting took and waits for the leader's own order.
 func (u *unit) release(t *testing.T, h *servicetest.Hold, lead <-chan placed) {
 	t.Helper()
 	if err := h.Unlock(context.Background()); err != nil {
@@ -106,15 +106,15 @@ func background(n int) []context.Context {
 
 // Orders of one SKU that wait while it is served go into one batch under
 // one lock hold, and each gets its own order back.
-func TestCombinerBatchesTheLine(t *testing.T) {
+func TestCombinerBatchesTheQueue(t *testing.T) {
 	t.Parallel()
-	u, g := newLineUnit(t, service.Config{BatchMax: 64})
+	u, g := newQueueUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 100, 0)
 	var reqs []service.PlaceRequest
 	for i := range 8 {
 		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: 1 + i%3})
 	}
-	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release, _, waiting := u.queueUp(t, g, background(len(reqs)), reqs)
 	release()
 	var fence int64
 	ids := map[int64]bool{}
@@ -132,7 +132,7 @@ func TestCombinerBatchesTheLine(t *testing.T) {
 		}
 	}
 	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, len(reqs)}) {
-		t.Fatalf("batch sizes %v; want [1 %d]: the leader alone, then the whole line", got, len(reqs))
+		t.Fatalf("batch sizes %v; want [1 %d]: the leader alone, then the whole queue", got, len(reqs))
 	}
 	if a := u.audit(t); !a.Consistent || a.Orders != int64(len(reqs)+1) {
 		t.Fatalf("audit = %+v; want consistent with %d orders", a, len(reqs)+1)
@@ -144,7 +144,7 @@ func TestCombinerBatchesTheLine(t *testing.T) {
 // sold out, and the SKU is then answered sold out from memory.
 func TestCombinerSellsOutMidBatch(t *testing.T) {
 	t.Parallel()
-	u, g := newLineUnit(t, service.Config{BatchMax: 64})
+	u, g := newQueueUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 1+4, 0) // the leader's unit, then 4 for the batch
 	qs := []int{2, 3, 1, 1, 1}
 	wantPlaced := []bool{true, false, true, true, false}
@@ -152,7 +152,7 @@ func TestCombinerSellsOutMidBatch(t *testing.T) {
 	for i, q := range qs {
 		reqs = append(reqs, service.PlaceRequest{Buyer: fmt.Sprintf("b%d", i), Key: fmt.Sprintf("k%d", i), SKU: u.sku, Quantity: q})
 	}
-	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release, _, waiting := u.queueUp(t, g, background(len(reqs)), reqs)
 	release()
 	for i, ch := range waiting {
 		p := <-ch
@@ -175,10 +175,10 @@ func TestCombinerSellsOutMidBatch(t *testing.T) {
 	}
 }
 
-// A client that gives up while its order waits in line leaves it: it is
+// A client that gives up while its order waits in the queue leaves it: it is
 // answered ErrUnavailable, nothing is written for it, and the orders around
 // it are placed.
-func TestCombinerClientLeavesTheLine(t *testing.T) {
+func TestCombinerClientLeavesTheQueue(t *testing.T) {
 	t.Parallel()
 	u := newUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 100, 0)
@@ -187,13 +187,13 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 	defer cancel()
 	ctxs[1] = quit
 	reqs := []service.PlaceRequest{u.req("k0", 1), u.req("k1", 1), u.req("k2", 1)}
-	h, lead, waiting := u.lineUpWaiting(t, ctxs, reqs)
+	h, lead, waiting := u.queueUpWaiting(t, ctxs, reqs)
 	cancel()
 	if p := <-waiting[1]; !errors.Is(p.err, service.ErrUnavailable) || !errors.Is(p.err, context.Canceled) {
-		t.Fatalf("order that gave up in line = %v; want ErrUnavailable (context canceled)", p.err)
+		t.Fatalf("order that gave up in the queue = %v; want ErrUnavailable (context canceled)", p.err)
 	}
 	if n := service.Waiting(u.svc, u.sku); n != 2 {
-		t.Fatalf("orders in line after one gave up = %d; want 2", n)
+		t.Fatalf("orders in the queue after one gave up = %d; want 2", n)
 	}
 	if err := h.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestCombinerClientLeavesTheLine(t *testing.T) {
 		t.Fatalf("order of the client that left = %v; want none", err)
 	}
 	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{3}) {
-		t.Fatalf("batch sizes %v; want [3]: the leader takes the line in, without the one that left", got)
+		t.Fatalf("batch sizes %v; want [3]: the leader takes the queue in, without the one that left", got)
 	}
 	if a := u.audit(t); !a.Consistent || a.Orders != 3 {
 		t.Fatalf("audit = %+v; want 3 orders", a)
@@ -225,25 +225,25 @@ func (u *unit) replayAgain(t *testing.T, r service.PlaceRequest) {
 }
 
 // Once a replay came, the batch's keys are read before the lock: a replay
-// in the line gets its order back without being written again, the rest go
+// in the queue gets its order back without being written again, the rest go
 // into the batch, and a batch of replays only does not take the lock at all.
 func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 	t.Parallel()
-	u, g := newLineUnit(t, service.Config{BatchMax: 64})
-	first, reqs := u.replayLine(t, 1, 1)
+	u, g := newQueueUnit(t, service.Config{BatchMax: 64})
+	first, reqs := u.replayQueue(t, 1, 1)
 	u.replayAgain(t, reqs[1]) // a batch of one, under the lock
-	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release, _, waiting := u.queueUp(t, g, background(len(reqs)), reqs)
 	release()
 	answersWithReplay(t, waiting, reqs, 1, first.ID)
 	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 1, 2}) {
-		t.Fatalf("batch sizes %v; want [1 1 2]: the first replay, the leader, then the line without its replay", got)
+		t.Fatalf("batch sizes %v; want [1 1 2]: the first replay, the leader, then the queue without its replay", got)
 	}
 	if got := u.store.Stats().KeysChecked; !slices.Equal(got, []int{0, 0, 2}) {
 		t.Fatalf("items with KeyChecked per batch %v; want [0 0 2]: a batch of one reads nothing first", got)
 	}
 
-	// A line of replays only: answered from the read, no lock taken.
-	release, _, waiting = u.lineUp(t, g, background(2), []service.PlaceRequest{reqs[0], reqs[2]})
+	// A queue of replays only: answered from the read, no lock taken.
+	release, _, waiting = u.queueUp(t, g, background(2), []service.PlaceRequest{reqs[0], reqs[2]})
 	calls := u.locks.Calls()
 	release()
 	for i, ch := range waiting {
@@ -252,11 +252,11 @@ func TestCombinerAnswersReplaysBeforeTheLock(t *testing.T) {
 		}
 	}
 	if got := u.locks.Calls(); got != calls {
-		t.Fatalf("%d more lock calls for a line of replays; want none", got-calls)
+		t.Fatalf("%d more lock calls for a queue of replays; want none", got-calls)
 	}
 	// stock_lock_batch_orders counts what went under the lock: the first
-	// replay's 1, the two leaders' 1 each and the first line's 2, not its
-	// replay nor the second line.
+	// replay's 1, the two leaders' 1 each and the first queue's 2, not its
+	// replay nor the second queue.
 	if n, sum := batchOrders(t, u); n != 4 || sum != 5 {
 		t.Fatalf("stock_lock_batch_orders: %d batches of %v orders; want 4 of 5", n, sum)
 	}
@@ -285,7 +285,7 @@ func batchOrders(t *testing.T, u *unit) (uint64, float64) {
 // store reads the keys itself: a replay still gets its order back.
 func TestCombinerKeysReadFails(t *testing.T) {
 	t.Parallel()
-	u, g := newLineUnit(t, service.Config{BatchMax: 64})
+	u, g := newQueueUnit(t, service.Config{BatchMax: 64})
 	u.setStock(t, u.sku, 100, 0)
 	first := u.place(t, "b1", "placed", u.sku, 2)
 	reqs := []service.PlaceRequest{
@@ -294,7 +294,7 @@ func TestCombinerKeysReadFails(t *testing.T) {
 	}
 	u.replayAgain(t, reqs[1]) // the reads before the lock are on
 	u.store.FailKeysTaken(errors.New("read refused"))
-	release, _, waiting := u.lineUp(t, g, background(len(reqs)), reqs)
+	release, _, waiting := u.queueUp(t, g, background(len(reqs)), reqs)
 	release()
 	for i, ch := range waiting {
 		p := <-ch
@@ -304,7 +304,7 @@ func TestCombinerKeysReadFails(t *testing.T) {
 	}
 	st := u.store.Stats()
 	if !slices.Equal(st.BatchSizes, []int{1, 1, 2}) || !slices.Equal(st.KeysChecked, []int{0, 0, 0}) {
-		t.Fatalf("batches %v, items with KeyChecked %v; want [1 1 2] and [0 0 0]: the whole line, keys read by the store", st.BatchSizes, st.KeysChecked)
+		t.Fatalf("batches %v, items with KeyChecked %v; want [1 1 2] and [0 0 0]: the whole queue, keys read by the store", st.BatchSizes, st.KeysChecked)
 	}
 }
 
@@ -314,12 +314,12 @@ func TestCombinerKeysReadFails(t *testing.T) {
 // answered with its order (the store finds it), and turns the reads on.
 func TestCombinerReadsKeysFirstOnlyAfterAReplay(t *testing.T) {
 	t.Parallel()
-	u, g := newLineUnit(t, service.Config{BatchMax: 64})
+	u, g := newQueueUnit(t, service.Config{BatchMax: 64})
 	var now atomic.Int64
 	now.Store(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC).UnixNano())
 	service.SetReplayClock(u.svc, func() time.Time { return time.Unix(0, now.Load()) })
-	first, replaying := u.replayLine(t, 1)
-	line := func(keys ...string) []service.PlaceRequest {
+	first, replaying := u.replayQueue(t, 1)
+	queue := func(keys ...string) []service.PlaceRequest {
 		var reqs []service.PlaceRequest
 		for _, k := range keys {
 			reqs = append(reqs, service.PlaceRequest{Buyer: "b9", Key: k, SKU: u.sku, Quantity: 1})
@@ -329,23 +329,23 @@ func TestCombinerReadsKeysFirstOnlyAfterAReplay(t *testing.T) {
 	steps := []struct {
 		reqs    []service.PlaceRequest
 		replay  int   // the index of the replay in reqs, -1: none
-		advance int64 // nanoseconds the clock moves on before the line
-		checked int   // items of the line's batch read before the lock
+		advance int64 // nanoseconds the clock moves on before the queue
+		checked int   // items of the queue's batch read before the lock
 		what    string
 	}{
-		{line("n1", "n2"), -1, 0, 0, "no replay yet: nothing read"},
+		{queue("n1", "n2"), -1, 0, 0, "no replay yet: nothing read"},
 		{replaying, 1, 0, 0, "the first replay: found by the store, not read"},
-		{line("n3", "n4"), -1, int64(9 * time.Second), 2, "9s after a replay: read"},
-		{line("n5", "n6"), -1, int64(time.Second), 0, "10s after the last replay: nothing read again"},
+		{queue("n3", "n4"), -1, int64(9 * time.Second), 2, "9s after a replay: read"},
+		{queue("n5", "n6"), -1, int64(time.Second), 0, "10s after the last replay: nothing read again"},
 	}
 	for i, st := range steps {
 		now.Add(st.advance)
-		release, _, waiting := u.lineUp(t, g, background(len(st.reqs)), st.reqs)
+		release, _, waiting := u.queueUp(t, g, background(len(st.reqs)), st.reqs)
 		release()
 		answersWithReplay(t, waiting, st.reqs, st.replay, first.ID)
 		checked := u.store.Stats().KeysChecked
 		if got := checked[len(checked)-1]; got != st.checked {
-			t.Fatalf("step %d: %d of the line's keys read before the lock (per batch %v); want %d: %s", i, got, checked, st.checked, st.what)
+			t.Fatalf("step %d: %d of the queue's keys read before the lock (per batch %v); want %d: %s", i, got, checked, st.checked, st.what)
 		}
 	}
 	if a := u.audit(t); !a.Consistent || a.Orders != 1+4+1+6 { // placed, 4 leaders, k1, n1-n6
@@ -353,25 +353,25 @@ func TestCombinerReadsKeysFirstOnlyAfterAReplay(t *testing.T) {
 	}
 }
 
-// The orders that join the line while a batch waits for the lock go into
+// The orders that join the queue while a batch waits for the lock go into
 // that batch once it holds the lock (up to BatchMax), their keys read by the
 // store: a replay among them gets its order back, the rest are placed under
 // the one hold; what is past BatchMax is the next batch.
-func TestCombinerTakesTheLineInOnceLocked(t *testing.T) {
+func TestCombinerTakesTheQueueInOnceLocked(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		batchMax       int
 		sizes, checked []int
 		description    string
 	}{
-		{64, []int{6}, []int{0}, "the leader and the whole line, none read before"},
-		{4, []int{4, 2}, []int{0, 2}, "the leader and 3 of the line, then the other 2, read before the lock"},
+		{64, []int{6}, []int{0}, "the leader and the whole queue, none read before"},
+		{4, []int{4, 2}, []int{0, 2}, "the leader and 3 of the queue, then the other 2, read before the lock"},
 	} {
 		t.Run(fmt.Sprint("BatchMax=", tc.batchMax), func(t *testing.T) {
 			t.Parallel()
 			u := newUnit(t, service.Config{BatchMax: tc.batchMax})
-			first, reqs := u.replayLine(t, 1, 3, 1, 2)
-			h, lead, waiting := u.lineUpWaiting(t, background(len(reqs)), reqs)
+			first, reqs := u.replayQueue(t, 1, 3, 1, 2)
+			h, lead, waiting := u.queueUpWaiting(t, background(len(reqs)), reqs)
 			u.release(t, h, lead)
 			fences := map[int64]int{}
 			for i, p := range answersWithReplay(t, waiting, reqs, 1, first.ID) {
@@ -384,7 +384,7 @@ func TestCombinerTakesTheLineInOnceLocked(t *testing.T) {
 				t.Fatalf("batches %v, items with KeyChecked %v; want %v and %v: %s", st.BatchSizes, st.KeysChecked, tc.sizes, tc.checked, tc.description)
 			}
 			if len(fences) != len(tc.sizes) {
-				t.Fatalf("the line's orders were placed under %d lock holds (fences %v); want %d", len(fences), fences, len(tc.sizes))
+				t.Fatalf("the queue's orders were placed under %d lock holds (fences %v); want %d", len(fences), fences, len(tc.sizes))
 			}
 			if a := u.audit(t); !a.Consistent || a.Orders != 6 || a.Available != 100-2-1-1-3-1-2 {
 				t.Fatalf("audit = %+v; want consistent with 6 orders", a)
@@ -413,10 +413,10 @@ func answersWithReplay(t *testing.T, waiting []<-chan placed, reqs []service.Pla
 	return out
 }
 
-// replayLine stocks 100 units, places b1's order "placed" of 2, and returns
-// it with a line of new orders of quantities qs (buyer b2, b3, ..., keys k1,
+// replayQueue stocks 100 units, places b1's order "placed" of 2, and returns
+// it with a queue of new orders of quantities qs (buyer b2, b3, ..., keys k1,
 // k2, ...) with b1's replay of "placed" second.
-func (u *unit) replayLine(t *testing.T, qs ...int) (service.Order, []service.PlaceRequest) {
+func (u *unit) replayQueue(t *testing.T, qs ...int) (service.Order, []service.PlaceRequest) {
 	t.Helper()
 	u.setStock(t, u.sku, 100, 0)
 	first := u.place(t, "b1", "placed", u.sku, 2)

@@ -127,29 +127,29 @@ func TestCounterReconcile(t *testing.T) {
 	if got := u.counterLeft(t); got != 4 {
 		t.Fatalf("counter after an unknown outcome = %d; want 4 (kept taken)", got)
 	}
-	if n := u.svc.ReconcileCounters(ctx); n != 0 || u.counterLeft(t) != 4 {
+	if n := u.parts.Reconciler.Reconcile(ctx); n != 0 || u.counterLeft(t) != 4 {
 		t.Fatalf("first round repaired %d SKUs, counter %d; want none yet (one reading)", n, u.counterLeft(t))
 	}
-	if n := u.svc.ReconcileCounters(ctx); n != 1 || u.counterLeft(t) != 5 {
+	if n := u.parts.Reconciler.Reconcile(ctx); n != 1 || u.counterLeft(t) != 5 {
 		t.Fatalf("second round repaired %d, counter %d; want 1 SKU, counter 5 (MySQL's row)", n, u.counterLeft(t))
 	}
 	if _, err := u.counter.Repair(ctx, u.sku, 5, 9); err != nil { // drift up: a failover that lost takes
 		t.Fatal(err)
 	}
-	u.svc.ReconcileCounters(ctx)
+	u.parts.Reconciler.Reconcile(ctx)
 	if _, err := u.order(t, "b2", "k2", 1); err != nil { // the counter moves between the rounds
 		t.Fatal(err)
 	}
-	if n := u.svc.ReconcileCounters(ctx); n != 0 || u.counterLeft(t) != 8 {
+	if n := u.parts.Reconciler.Reconcile(ctx); n != 0 || u.counterLeft(t) != 8 {
 		t.Fatalf("round after a take repaired %d, counter %d; want none, 8", n, u.counterLeft(t))
 	}
-	if n := u.svc.ReconcileCounters(ctx); n != 1 || u.counterLeft(t) != 4 {
+	if n := u.parts.Reconciler.Reconcile(ctx); n != 1 || u.counterLeft(t) != 4 {
 		t.Fatalf("quiet round repaired %d, counter %d; want 1 SKU, counter 4", n, u.counterLeft(t))
 	}
 	if err := u.counter.Drop(ctx, u.sku); err != nil {
 		t.Fatal(err)
 	}
-	if n := u.svc.ReconcileCounters(ctx); n != 1 || u.counterLeft(t) != 4 {
+	if n := u.parts.Reconciler.Reconcile(ctx); n != 1 || u.counterLeft(t) != 4 {
 		t.Fatalf("round with the counter gone seeded %d, counter %d; want 1, 4", n, u.counterLeft(t))
 	}
 }
@@ -160,7 +160,7 @@ func TestCounterRestockAndReturn(t *testing.T) {
 	t.Parallel()
 	u := counted(t, service.StrategyCounterCond, 2, 0)
 	ctx := context.Background()
-	if _, err := u.svc.SetStock(ctx, u.sku, service.StockSetting{Available: 7, PaymentWindowSeconds: 60}); err != nil {
+	if _, err := u.parts.Inventory.SetStock(ctx, u.sku, service.StockSetting{Available: 7, PaymentWindowSeconds: 60}); err != nil {
 		t.Fatal(err)
 	}
 	if got := u.counterLeft(t); got != 7 {
@@ -170,7 +170,7 @@ func TestCounterRestockAndReturn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := u.svc.Cancel(ctx, "b1", o.ID); err != nil {
+	if _, err := u.parts.Lifecycle.Cancel(ctx, "b1", o.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := u.counterLeft(t); got != 7 {

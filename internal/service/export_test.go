@@ -3,7 +3,7 @@ package service
 import "time"
 
 // Waiting returns the orders of sku waiting in s's queue (for tests).
-func Waiting(s *Service, sku string) int { return s.batches.Waiting(sku) }
+func Waiting(s *Service, sku string) int { return s.queues.Waiting(sku) }
 
 // SetSoldOutClock sets the clock of s's sold-out fast path (for tests).
 func SetSoldOutClock(s *Service, now func() time.Time) {
@@ -19,19 +19,19 @@ func SoldOutKnown(s *Service, sku string) bool {
 
 // Admitted returns the orders of sku in progress at s, counted against
 // QueueMax (for tests).
-func Admitted(s *Service, sku string) int { return s.batches.Admitted(sku) }
+func Admitted(s *Service, sku string) int { return s.queues.Admitted(sku) }
 
 // RedisDownUntil returns when s takes the SKU lock again after Redis failed
 // to answer (the zero time when it is not skipping it; for tests).
 func RedisDownUntil(s *Service) time.Time {
-	if n := s.redisDownUntil.Load(); n != 0 {
+	if n := s.redis.downUntil.Load(); n != 0 {
 		return time.Unix(0, n)
 	}
 	return time.Time{}
 }
 
 // EndRedisBackoff ends s's window of skipping the SKU lock now (for tests).
-func EndRedisBackoff(s *Service) { s.redisDownUntil.Store(0) }
+func EndRedisBackoff(s *Service) { s.redis.downUntil.Store(0) }
 
 // SetReplayClock sets the clock of s's watch for replays, which decides
 // whether a batch reads its keys before the lock (for tests).

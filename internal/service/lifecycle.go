@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/seckill/stock/internal/metrics"
 )
 
 // The order lifecycle: an order placed under a payment window is reserved
@@ -12,6 +15,34 @@ import (
 // units of a cancelled or expired order go back on sale. The store decides
 // each transition with Decide, on the order's locked row and its own clock,
 // and applies it in one transaction with the units it returns.
+
+// Lifecycle reads and moves placed orders: an order or a buyer's page of
+// them (read.go), confirm, cancel, and the sweep of expired reservations.
+// The units it returns are made visible to the placement (its sold-out
+// entry ends), the Redis counter and the other instances. Safe for
+// concurrent use.
+type Lifecycle struct {
+	store   Store
+	watch   stockWatch
+	counter counterReturns
+	events  StockEvents // nil: no other instance to tell
+	timeout time.Duration
+	log     *slog.Logger
+	metrics *metrics.Metrics
+}
+
+// stockWatch is what a change of a SKU's stock must tell the placement of
+// this instance (*Service): its sold-out entry ends and its restock
+// sequence is learnt.
+type stockWatch interface {
+	StockChanged(sku string, seq int64)
+}
+
+// counterReturns gives the units of a return back to the Redis counter
+// (*Reconciler; nothing without a counter).
+type counterReturns interface {
+	returned(ctx context.Context, r Return)
+}
 
 // MaxPaymentWindow bounds a SKU's payment window, in seconds (one day).
 const MaxPaymentWindow = 86400
@@ -103,11 +134,11 @@ func Decide(op Op, o Order, now time.Time) (to Status, err error) {
 // ErrOrderExpired (the deadline passed: the order is expired, its units
 // returned, and the payment must be refunded), ErrOrderCancelled,
 // ErrInvalid, ErrBusy (deadlocks each time it was tried) or ErrUnavailable.
-func (s *Service) Confirm(ctx context.Context, id int64, paymentRef string) (Order, error) {
+func (l *Lifecycle) Confirm(ctx context.Context, id int64, paymentRef string) (Order, error) {
 	if paymentRef != "" && !ValidKey(paymentRef) {
 		return Order{}, fmt.Errorf("%w: payment_ref must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
 	}
-	o, err := s.transition(ctx, Transition{ID: id, Op: OpConfirm, PaymentRef: paymentRef})
+	o, err := l.transition(ctx, Transition{ID: id, Op: OpConfirm, PaymentRef: paymentRef})
 	if errors.Is(err, ErrOrderExpired) { // expired now or before: either way the payment came too late
 		when := ""
 		if o.ExpiresAt != nil {
@@ -122,31 +153,31 @@ func (s *Service) Confirm(ctx context.Context, id int64, paymentRef string) (Ord
 // and returns its units. It returns the order cancelled (now or before), or
 // ErrOrderNotFound (also for another buyer's order), ErrOrderConfirmed,
 // ErrOrderExpired, ErrBusy or ErrUnavailable.
-func (s *Service) Cancel(ctx context.Context, buyer string, id int64) (Order, error) {
-	return s.transition(ctx, Transition{ID: id, Op: OpCancel, Buyer: buyer})
+func (l *Lifecycle) Cancel(ctx context.Context, buyer string, id int64) (Order, error) {
+	return l.transition(ctx, Transition{ID: id, Op: OpCancel, Buyer: buyer})
 }
 
 // transition applies t in the store, retried while the store is busy
 // (a deadlock with another transition), and announces a return.
-func (s *Service) transition(ctx context.Context, t Transition) (Order, error) {
+func (l *Lifecycle) transition(ctx context.Context, t Transition) (Order, error) {
 	if t.ID <= 0 {
 		return Order{}, fmt.Errorf("%w: order id must be a positive integer", ErrInvalid)
 	}
 	start := time.Now()
-	wctx, cancel := s.writeCtx(ctx)
+	wctx, cancel := writeCtx(ctx, l.timeout)
 	defer cancel()
 	var out Outcome
 	err := retry(wctx, busyRetries, func(int) (err error) {
-		out, err = s.store.Transition(wctx, t)
+		out, err = l.store.Transition(wctx, t)
 		return err
 	})
 	if out.Return != nil {
-		s.returned(ctx, []Return{*out.Return})
+		l.returned(ctx, []Return{*out.Return})
 	}
 	if out.Moved {
-		s.metrics.CountTransitions(string(out.Order.Status), t.Op.String(), 1)
+		l.metrics.CountTransitions(string(out.Order.Status), t.Op.String(), 1)
 	}
-	s.metrics.ObserveTransition(t.Op.String(), outcome(err), time.Since(start))
+	l.metrics.ObserveTransition(t.Op.String(), outcome(err), time.Since(start))
 	if _, refused := Refusal(err); err != nil && !refused {
 		return Order{}, err
 	}
@@ -171,17 +202,16 @@ func outcome(err error) string {
 // returned makes units given back visible: this instance's sold-out entry
 // ends and learns the new restock sequence, the other instances hear of it
 // (StockEvents), and the metrics count it.
-func (s *Service) returned(ctx context.Context, rets []Return) {
+func (l *Lifecycle) returned(ctx context.Context, rets []Return) {
 	for _, r := range rets {
-		s.soldOut.drop(r.SKU)
-		s.seqs.learn(r.SKU, r.RestockSeq)
-		s.metrics.CountReturn(r.Cause.String(), r.Units)
-		s.counterReturned(ctx, r)
-		if s.cfg.Events == nil {
+		l.watch.StockChanged(r.SKU, r.RestockSeq)
+		l.metrics.CountReturn(r.Cause.String(), r.Units)
+		l.counter.returned(ctx, r)
+		if l.events == nil {
 			continue
 		}
-		if err := s.cfg.Events.StockChanged(context.WithoutCancel(ctx), r.SKU, r.RestockSeq); err != nil {
-			s.log.WarnContext(ctx, "return not published: other instances see it at their next read of the SKU", "sku", r.SKU, "err", err)
+		if err := l.events.StockChanged(context.WithoutCancel(ctx), r.SKU, r.RestockSeq); err != nil {
+			l.log.WarnContext(ctx, "return not published: other instances see it at their next read of the SKU", "sku", r.SKU, "err", err)
 		}
 	}
 }
@@ -195,27 +225,27 @@ const SweepBatch = 200
 // are skipped here). Several instances may sweep at once: each order is
 // expired once (the store skips rows another sweep holds). It returns the
 // orders it expired.
-func (s *Service) Sweep(ctx context.Context) (int, error) {
+func (l *Lifecycle) Sweep(ctx context.Context) (int, error) {
 	n := 0
 	for {
-		rets, err := s.store.ExpireDue(ctx, SweepBatch)
+		rets, err := l.store.ExpireDue(ctx, SweepBatch)
 		if err != nil && !errors.Is(err, ErrBusy) {
 			return n, err
 		}
-		s.returned(ctx, rets)
+		l.returned(ctx, rets)
 		got := 0
 		for _, r := range rets {
 			got += r.Orders
-			s.metrics.CountTransitions(string(StatusExpired), OpExpire.String(), r.Orders)
+			l.metrics.CountTransitions(string(StatusExpired), OpExpire.String(), r.Orders)
 		}
 		n += got
 		if got < SweepBatch || err != nil {
 			break
 		}
 	}
-	lag, err := s.store.OverdueFor(ctx)
+	lag, err := l.store.OverdueFor(ctx)
 	if err == nil {
-		s.metrics.SetSweepLag(lag)
+		l.metrics.SetSweepLag(lag)
 	}
 	return n, err
 }
@@ -223,7 +253,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 // RunSweeper sweeps every interval until ctx ends. A failed sweep is logged
 // (once per run of failures) and tried again at the next tick: the orders
 // stay reserved in MySQL until one succeeds, so none is lost.
-func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+func (l *Lifecycle) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false
@@ -233,13 +263,13 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		_, err := s.Sweep(ctx)
+		_, err := l.Sweep(ctx)
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
-			s.log.WarnContext(ctx, "expiry sweep failed; retried every interval", "err", err)
+			l.log.WarnContext(ctx, "expiry sweep failed; retried every interval", "err", err)
 			failing = true
 		case err == nil && failing:
-			s.log.InfoContext(ctx, "expiry sweep works again")
+			l.log.InfoContext(ctx, "expiry sweep works again")
 			failing = false
 		}
 	}

@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 // env is a Service over a database of its own and the shared Redis, plus a
 // second lock client that plays another instance holding the SKU lock.
 type env struct {
-	svc     *service.Service
+	svc     *service.Service // parts.Service
+	parts   service.Parts
 	store   *repo.Store
 	locker  service.Locker // svc's
 	db      *sql.DB
@@ -79,8 +80,8 @@ func newEnv(t *testing.T, cfg service.Config) *env {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	locker := redisson.Locker{Client: newLocks()}
-	svc := service.New(cfg, store, locker, nil, m)
-	return &env{svc: svc, store: store, locker: locker, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
+	parts := service.Build(cfg, store, locker, nil, m)
+	return &env{svc: parts.Service, parts: parts, store: store, locker: locker, db: db, other: newLocks(), metrics: m, reg: reg, sku: "SKU-" + uuid.NewString()[:8]}
 }
 
 // holdSKU takes the SKU's lock as another instance would.
@@ -115,12 +116,12 @@ func (e *env) placeAsync(ctx context.Context, key string) <-chan placed {
 	return ch
 }
 
-// waitInLine waits until n orders of the SKU wait in the service's line.
-func (e *env) waitInLine(t *testing.T, n int) {
+// waitInQueue waits until n orders of the SKU wait in the service's queue.
+func (e *env) waitInQueue(t *testing.T, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); service.Waiting(e.svc, e.sku) < n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d orders in line after 5s; want %d", service.Waiting(e.svc, e.sku), n)
+			t.Fatalf("%d orders in the queue after 5s; want %d", service.Waiting(e.svc, e.sku), n)
 		}
 	}
 }
@@ -141,7 +142,7 @@ func (e *env) waitForLock(t *testing.T) {
 	}
 }
 
-// A retry whose first attempt still waits in line is never told "sold out":
+// A retry whose first attempt still waits in the queue is never told "sold out":
 // a restock could still let the first attempt through, and the client would
 // hold a final 409 for a key that has an order.
 func TestRetryWhileFirstAttemptWaitsIsNotSoldOut(t *testing.T) {
@@ -180,7 +181,7 @@ func TestRetryWhileFirstAttemptWaitsIsNotSoldOut(t *testing.T) {
 }
 
 // The write's time bound starts when the write starts: an order that waited
-// in line longer than WriteTimeout and then found the stock gone is a 409
+// in the queue longer than WriteTimeout and then found the stock gone is a 409
 // sold-out, not a 503 from a follow-up lookup on an expired context.
 func TestWriteBoundStartsAfterTheWait(t *testing.T) {
 	t.Parallel()
@@ -191,17 +192,17 @@ func TestWriteBoundStartsAfterTheWait(t *testing.T) {
 	res := e.placeAsync(ctx, "key-1")
 	time.Sleep(100 * time.Millisecond)
 	e.setStock(t, 0)
-	time.Sleep(500 * time.Millisecond) // longer in line than the write bound
+	time.Sleep(500 * time.Millisecond) // longer in the queue than the write bound
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if p := <-res; !errors.Is(p.err, service.ErrSoldOut) {
-		t.Fatalf("order after a long wait in line that found the stock gone = %v; want ErrSoldOut", p.err)
+		t.Fatalf("order after a long wait in the queue that found the stock gone = %v; want ErrSoldOut", p.err)
 	}
 }
 
 // Past QueueMax orders of one SKU waiting at an instance, an order is
-// answered ErrBusy at once; the ones in line are all served.
+// answered ErrBusy at once; the ones in the queue are all served.
 func TestLineCap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -212,7 +213,7 @@ func TestLineCap(t *testing.T) {
 			h := e.holdSKU(t)
 			// The cap counts every order of the SKU in progress here: with
 			// combining the leader's own is in a batch waiting for the lock,
-			// the others in the line.
+			// the others in the queue.
 			n := 5
 			var waiting []<-chan placed
 			for i := range n {
@@ -220,7 +221,7 @@ func TestLineCap(t *testing.T) {
 			}
 			// Every one admitted, and one waiting for the lock (with
 			// combining, how many ride in the leader's batch depends on
-			// arrival: the rest wait in the line).
+			// arrival: the rest wait in the queue).
 			for deadline := time.Now().Add(5 * time.Second); service.Admitted(e.svc, e.sku) < n; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%d orders admitted after 5s; want %d", service.Admitted(e.svc, e.sku), n)
@@ -228,18 +229,18 @@ func TestLineCap(t *testing.T) {
 			}
 			e.waitForLock(t)
 			if batchMax == 1 {
-				e.waitInLine(t, 5)
+				e.waitInQueue(t, 5)
 			}
 			_, _, err := e.svc.Place(ctx, service.PlaceRequest{Buyer: "b1", Key: "key-over", SKU: e.sku, Quantity: 1})
 			if !errors.Is(err, service.ErrBusy) {
-				t.Fatalf("an order with 5 in line and QueueMax 5 = %v; want ErrBusy", err)
+				t.Fatalf("an order with 5 in the queue and QueueMax 5 = %v; want ErrBusy", err)
 			}
 			if err := h.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
 			for i, ch := range waiting {
 				if p := <-ch; p.err != nil {
-					t.Fatalf("order %d in line = %v; want placed", i, p.err)
+					t.Fatalf("order %d in the queue = %v; want placed", i, p.err)
 				}
 			}
 			st, err := e.store.Stock(ctx, e.sku)
@@ -250,9 +251,9 @@ func TestLineCap(t *testing.T) {
 	}
 }
 
-// Requests that give up while in line leave it: nothing is written for
-// them, the line is empty afterwards, and the order behind them is served.
-func TestGivingUpLeavesTheLine(t *testing.T) {
+// Requests that give up while in the queue leave it: nothing is written for
+// them, the queue is empty afterwards, and the order behind them is served.
+func TestGivingUpLeavesTheQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, service.Config{})
@@ -265,17 +266,17 @@ func TestGivingUpLeavesTheLine(t *testing.T) {
 	for i := range 200 {
 		quit = append(quit, e.placeAsync(gctx, fmt.Sprintf("key-quit-%d", i)))
 	}
-	e.waitInLine(t, 200)
+	e.waitInQueue(t, 200)
 	last := e.placeAsync(ctx, "key-last")
-	e.waitInLine(t, 201)
+	e.waitInQueue(t, 201)
 	cancel()
 	for _, ch := range quit {
 		if p := <-ch; !errors.Is(p.err, service.ErrUnavailable) {
-			t.Fatalf("order that gave up in line = %v; want ErrUnavailable", p.err)
+			t.Fatalf("order that gave up in the queue = %v; want ErrUnavailable", p.err)
 		}
 	}
 	if n := service.Waiting(e.svc, e.sku); n != 1 {
-		t.Fatalf("orders in line after 200 gave up = %d; want 1", n)
+		t.Fatalf("orders in the queue after 200 gave up = %d; want 1", n)
 	}
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -313,7 +314,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: int64(2_000_000 + i)}); err != nil {
+			if _, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: int64(2_000_000 + i)}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -326,7 +327,10 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock waits for the SKU lock.
 	h := e.holdSKU(t)
 	done := make(chan error, 1)
-	go func() { _, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: 7}); done <- err }()
+	go func() {
+		_, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: 7})
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		t.Fatalf("restock returned (%v) while another instance held the SKU lock; want it to wait", err)
@@ -342,7 +346,7 @@ func TestRestockIsNotALockViolation(t *testing.T) {
 	// A restock to the current value is a no-op.
 	before, _ := e.store.Stock(ctx, e.sku)
 	rows := ledgerRows(t, e)
-	st, err := e.svc.SetStock(ctx, e.sku, service.StockSetting{Available: before.Available})
+	st, err := e.parts.Inventory.SetStock(ctx, e.sku, service.StockSetting{Available: before.Available})
 	if err != nil || st.Version != before.Version || st.Available != before.Available {
 		t.Fatalf("SetStock to the current value = %+v, %v; want %+v unchanged", st, err, before)
 	}

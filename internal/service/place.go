@@ -63,7 +63,7 @@ func (s *Service) Validate(r PlaceRequest) error {
 // key and request (replayed = true). Errors: ErrInvalid, ErrUnknownSKU,
 // ErrSoldOut, ErrKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
 func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed bool, err error) {
-	ctx, span := s.span(ctx, "stock.place")
+	ctx, span := s.trace.span(ctx, "stock.place")
 	defer func() {
 		result := orderResult(replayed, err)
 		s.metrics.Order(result)
@@ -105,21 +105,21 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 // attempt is still in the queue waits for it, so it is never told "sold out"
 // while that attempt can still be placed. leave ends both.
 func (s *Service) enter(ctx context.Context, r PlaceRequest) (leave func(), err error) {
-	capped := s.usesLock()
-	if capped && !s.batches.Admit(r.SKU, s.cfg.QueueMax) {
-		return nil, errLineFull(s.cfg.QueueMax)
+	capped := s.info.UsesLock
+	if capped && !s.queues.Admit(r.SKU, s.cfg.QueueMax) {
+		return nil, errQueueFull(s.cfg.QueueMax)
 	}
 	done, err := s.flights.begin(ctx, r.Buyer+"\x00"+r.Key)
 	if err != nil {
 		if capped {
-			s.batches.Release(r.SKU)
+			s.queues.Release(r.SKU)
 		}
 		return nil, err
 	}
 	return func() {
 		done()
 		if capped {
-			s.batches.Release(r.SKU)
+			s.queues.Release(r.SKU)
 		}
 	}, nil
 }
@@ -181,7 +181,7 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 		s.soldOut.mark(r.SKU)
 		return Order{}, false, ErrSoldOut
 	}
-	lctx, cancel := s.writeCtx(ctx)
+	lctx, cancel := writeCtx(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)
 	switch {
@@ -219,13 +219,6 @@ func (s *Service) precheck(ctx context.Context, r PlaceRequest, fast bool) (Stoc
 // counter strategies the counter keeps it out (counter.go).
 func (s *Service) skipsPrecheck() bool {
 	return s.cfg.Strategy == StrategyLockVersion && s.cfg.BatchMax > 1 && s.soldOut != nil || s.info.Counted
-}
-
-// writeCtx bounds a write that starts now. Once a write starts it finishes,
-// even if the client hangs up: a half-done order helps no one, and the
-// client's retry with the same key then gets the committed order back.
-func (s *Service) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
 }
 
 func replay(o Order, hash string) (Order, bool, error) {

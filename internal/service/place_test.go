@@ -22,7 +22,8 @@ import (
 // unit is a Service over a MemStore and a fake Locker (and a MemCounter
 // under the counter strategies).
 type unit struct {
-	svc     *service.Service
+	svc     *service.Service // parts.Service
+	parts   service.Parts
 	store   *servicetest.MemStore
 	locks   *servicetest.Locker
 	counter *servicetest.MemCounter // nil but for the counter strategies
@@ -50,7 +51,8 @@ func newUnit(t *testing.T, cfg service.Config) *unit {
 		counter = servicetest.NewMemCounter()
 		cfg.Counter = counter
 	}
-	return &unit{svc: service.New(cfg, store, locker, nil, metrics.New(reg)), store: store, locks: locks, counter: counter,
+	parts := service.Build(cfg, store, locker, nil, metrics.New(reg))
+	return &unit{svc: parts.Service, parts: parts, store: store, locks: locks, counter: counter,
 		reg: reg, cfg: cfg, sku: "SKU-1"}
 }
 

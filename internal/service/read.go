@@ -7,13 +7,13 @@ import (
 	"strings"
 )
 
-// Reads: an order, a buyer's orders, a SKU's stock and its audit.
+// The lifecycle's reads: an order, and a page of a buyer's orders.
 
 // Order returns an order by id if buyer placed it; buyer "" (the admin) may
 // read any. It returns ErrOrderNotFound for an order of another buyer, so
 // ids tell others nothing.
-func (s *Service) Order(ctx context.Context, buyer string, id int64) (Order, error) {
-	o, err := s.store.Order(ctx, id)
+func (l *Lifecycle) Order(ctx context.Context, buyer string, id int64) (Order, error) {
+	o, err := l.store.Order(ctx, id)
 	if err == nil && buyer != "" && o.Buyer != buyer {
 		return Order{}, ErrOrderNotFound
 	}
@@ -25,7 +25,7 @@ const MaxPage = 100
 
 // Orders returns a page of the buyer's own orders as f selects them, newest
 // first. Errors: ErrInvalid, ErrUnavailable.
-func (s *Service) Orders(ctx context.Context, buyer string, f OrderFilter) ([]Order, error) {
+func (l *Lifecycle) Orders(ctx context.Context, buyer string, f OrderFilter) ([]Order, error) {
 	switch {
 	case f.SKU != "" && !ValidKey(f.SKU):
 		return nil, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
@@ -36,23 +36,7 @@ func (s *Service) Orders(ctx context.Context, buyer string, f OrderFilter) ([]Or
 	case f.Before < 0:
 		return nil, fmt.Errorf("%w: the cursor is not valid", ErrInvalid)
 	}
-	return s.store.Orders(ctx, buyer, f)
-}
-
-// Stock returns a SKU's stock, or ErrInvalid / ErrUnknownSKU.
-func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
-	if !ValidKey(sku) {
-		return Stock{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
-	}
-	return s.store.Stock(ctx, sku)
-}
-
-// Audit reconciles a SKU. Errors: ErrInvalid, ErrUnknownSKU, ErrUnavailable.
-func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
-	if !ValidKey(sku) {
-		return Audit{}, fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
-	}
-	return s.store.Audit(ctx, sku)
+	return l.store.Orders(ctx, buyer, f)
 }
 
 // joinStatuses is every status, sep between them.

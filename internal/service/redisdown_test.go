@@ -53,7 +53,7 @@ func TestRedisDownDBOnly(t *testing.T) {
 			if _, _, err := u.svc.Place(ctx, u.req("k2", 1)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := u.svc.SetStock(ctx, u.sku, service.StockSetting{Available: 20}); err != nil {
+			if _, err := u.parts.Inventory.SetStock(ctx, u.sku, service.StockSetting{Available: 20}); err != nil {
 				t.Fatal(err)
 			}
 			if n := u.locks.Calls() - calls; n != 0 {

@@ -77,3 +77,21 @@ func AfterReturn(st Stock, units, maxQuantity int64) Stock {
 	after.RestockSeq = RestockSeqAfter(st, after, true, maxQuantity)
 	return after
 }
+
+// StockChanged forgets what the sold-out fast path knows of sku and learns
+// its restock sequence, seq, so that orders arriving from now on are not
+// refused as admitted before the change (restocked.go); the wiring calls it
+// for every change another instance publishes. An empty sku forgets every
+// SKU (after changes may have been missed, such as a reconnect of the
+// subscription); their sequences are learnt from the next orders' answers.
+func (s *Service) StockChanged(sku string, seq int64) {
+	if sku == "" {
+		s.soldOut.dropAll()
+		return
+	}
+	s.soldOut.drop(sku)
+	s.seqs.learn(sku, seq)
+}
+
+// knownSeq is the restock sequence of sku this instance knows (0 if none).
+func (s *Service) knownSeq(sku string) int64 { return s.seqs.known(sku) }

@@ -10,7 +10,7 @@ import (
 )
 
 // A refusal stays final across instances. Attempt 1 of key K waits in
-// instance a's line for the SKU lock (held elsewhere). The SKU sells out;
+// instance a's queue for the SKU lock (held elsewhere). The SKU sells out;
 // the client gives up and retries K at instance b, which answers 409 from
 // MySQL. Then the SKU is restocked, and a's batch takes the lock: it must
 // not place K (it answers "retry": ErrBusy), so the 409 is never
@@ -28,7 +28,7 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 			a := service.New(cfg, e.store, e.locker, nil, e.metrics)
 			cfg.BatchMax = 1 // b pre-checks every order: its 409 comes from MySQL
 			b := service.New(cfg, e.store, e.locker, nil, e.metrics)
-			c := service.New(cfg, e.store, e.locker, nil, e.metrics)
+			c := service.Build(cfg, e.store, e.locker, nil, e.metrics).Inventory
 			e.setStock(t, 1)
 			h := e.holdSKU(t)
 
@@ -39,7 +39,7 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 			}()
 			for deadline := time.Now().Add(time.Minute); service.Admitted(a, e.sku) == 0; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatal("attempt 1 did not reach a's line within a minute")
+					t.Fatal("attempt 1 did not reach a's queue within a minute")
 				}
 			}
 			if _, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 0}); err != nil { // sold out meanwhile
@@ -88,7 +88,7 @@ func TestRefusalStaysFinalAcrossInstances(t *testing.T) {
 
 // A limit refusal stays final when a return gives the allowance back. The
 // buyer holds reservation K1 of a SKU with plenty of units and a limit of
-// one. Attempt 1 of K2 waits in instance a's line for the SKU lock; the
+// one. Attempt 1 of K2 waits in instance a's queue for the SKU lock; the
 // client's retry of K2 at instance b (the DB-only path) is refused for the
 // limit. Then K1 is cancelled, and a's batch takes the lock: it must not
 // place K2 (ErrBusy: retry), so the 409 is never contradicted.
@@ -97,7 +97,8 @@ func TestLimitRefusalStaysFinalAfterAReturn(t *testing.T) {
 	e := newEnv(t, service.Config{})
 	ctx := context.Background()
 	a := service.New(service.Config{Strategy: service.StrategyLockVersion, LockWait: time.Minute, BatchMax: 64}, e.store, e.locker, nil, e.metrics)
-	b := service.New(service.Config{Strategy: service.StrategyConditional}, e.store, e.locker, nil, e.metrics)
+	bParts := service.Build(service.Config{Strategy: service.StrategyConditional}, e.store, e.locker, nil, e.metrics)
+	b := bParts.Service
 	if _, err := e.store.SetStock(ctx, e.sku, service.StockSetting{Available: 1000, PerBuyerLimit: 1, PaymentWindowSeconds: 60}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,13 +114,13 @@ func TestLimitRefusalStaysFinalAfterAReturn(t *testing.T) {
 	}()
 	for deadline := time.Now().Add(time.Minute); service.Admitted(a, e.sku) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("attempt 1 of K2 did not reach a's line within a minute")
+			t.Fatal("attempt 1 of K2 did not reach a's queue within a minute")
 		}
 	}
 	if _, _, err := e.place(b, "b1", "K2"); !errors.Is(err, service.ErrLimitExceeded) {
 		t.Fatalf("retry of K2 at b = %v; want ErrLimitExceeded (a final 409)", err)
 	}
-	if _, err := b.Cancel(ctx, "b1@"+e.sku, k1.ID); err != nil {
+	if _, err := bParts.Lifecycle.Cancel(ctx, "b1@"+e.sku, k1.ID); err != nil {
 		t.Fatalf("cancel K1 = %v", err)
 	}
 	if err := h.Unlock(ctx); err != nil {

@@ -1,20 +1,17 @@
-// Package service is the order flow of the stock service: validation,
-// idempotency, the sold-out short-circuit, the per-SKU Redis lock and the
-// database write of each strategy. It declares the small interfaces it needs
-// from the store and the lock; internal/repo and internal/skulock implement them.
-//
-// The files: service.go (Config, Service, New), strategy.go (the strategy
-// table), place.go (Place, the order flow), write.go (the strategies'
-// writes), locking.go (the SKU lock), counter.go (the Redis stock counter
-// of the counter strategies), combine.go (batches of the per-SKU
-// queues of internal/combine), plan.go (a batch's outcome), redisdown.go (the DB-only switch), soldout.go (the sold-out
-// fast path), flight.go (one attempt per key), read.go, restock.go, store.go
-// (the Store contract), trace.go (the spans of the order path) and errors.go.
+// Package service is the stock service's rules, in four parts that share
+// one store: Service places orders (validation, idempotency, the sold-out
+// fast path, the per-SKU queue, the SKU lock and each strategy's write),
+// Lifecycle reads and moves placed orders (confirm, cancel, the sweep of
+// expired reservations), Inventory sets, reads and audits a SKU's stock,
+// and Reconciler keeps the Redis counter of the counter strategies in step
+// with MySQL. Build wires them; each takes only a small interface of the
+// others. The package declares what it needs of the store and the lock;
+// internal/repo and internal/skulock implement them. Start at place.go;
+// the why is in docs/decisions/ (0001, 0002, 0005, 0006, 0015, 0016).
 package service
 
 import (
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -71,27 +68,60 @@ const DefaultQueueMax = 2000
 type Service struct {
 	cfg     Config
 	store   Store
-	locks   Locker
 	log     *slog.Logger
 	metrics *metrics.Metrics
 	info    StrategyInfo // cfg.Strategy's row of the strategy table
 
-	// batches are the per-SKU queues of lock+version, and the per-SKU
+	// queues are the per-SKU queues of lock+version, and the per-SKU
 	// count of orders in progress under the locking strategies (QueueMax).
-	batches *combine.Combiner[Deduction, Order]
+	queues  *combine.Combiner[Deduction, Order]
 	flights flights
 	soldOut *soldOut // nil: no fast path
-	seqs    restockSeqs
+	seqs    *restockSeqs
 	replays replayWatch
 
-	counters counterStates // the SKUs counted here, for the reconcile
-
-	redisDownUntil atomic.Int64 // unix nanos; skip the lock until then
-	redisDown      atomic.Bool  // for logging once per outage
+	locks   *skuLocks    // the SKU lock, and the DB-only switch while Redis is down
+	redis   *redisHealth // shared with locks
+	writes  *writer
+	trace   tracer
+	counter counterTracking // the counter's reconcile (counter strategies)
 }
 
-// New returns a Service. locks may be nil for the strategies without a lock.
+// Parts are the four parts of the service over one store, wired to each
+// other. Each is safe for concurrent use.
+type Parts struct {
+	Service    *Service    // places orders
+	Lifecycle  *Lifecycle  // reads and moves placed orders
+	Inventory  *Inventory  // a SKU's stock: set, read, audited
+	Reconciler *Reconciler // the Redis counter's repair (counter strategies)
+}
+
+// Build returns the service's parts. locks may be nil for the strategies
+// without a lock.
+func Build(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Metrics) Parts {
+	cfg = withDefaults(cfg)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	seqs := &restockSeqs{}
+	rec := &Reconciler{counter: cfg.Counter, safe: cfg.Strategy.Info().Safe, store: store, seqs: seqs,
+		timeout: cfg.WriteTimeout, log: log, metrics: m}
+	s := newService(cfg, store, locks, log, m, seqs, rec)
+	return Parts{
+		Service:    s,
+		Lifecycle:  &Lifecycle{store: store, watch: s, counter: rec, events: cfg.Events, timeout: cfg.WriteTimeout, log: log, metrics: m},
+		Inventory:  &Inventory{store: store, watch: s, counter: rec, locks: s.locks, events: cfg.Events, timeout: cfg.WriteTimeout, log: log},
+		Reconciler: rec,
+	}
+}
+
+// New returns the Service of Build's parts (the order placement alone).
 func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Metrics) *Service {
+	return Build(cfg, store, locks, log, m).Service
+}
+
+// withDefaults is cfg with its unset fields at their defaults.
+func withDefaults(cfg Config) Config {
 	if cfg.MaxQuantity <= 0 {
 		cfg.MaxQuantity = 100
 	}
@@ -107,16 +137,23 @@ func New(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Met
 	if cfg.SoldOutTTL == 0 {
 		cfg.SoldOutTTL = time.Second
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Service{cfg: cfg, store: store, locks: locks, log: log, metrics: m, info: cfg.Strategy.Info(),
-		flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}}
-	s.batches = combine.New(cfg.BatchMax, cfg.QueueMax, s.runBatch)
+	return cfg
+}
+
+// newService is the placement of Build, over the restock sequences and
+// the counter's reconcile it shares with the other parts.
+func newService(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Metrics, seqs *restockSeqs, counter counterTracking) *Service {
+	tr := tracer{t: cfg.Tracer}
+	redis := &redisHealth{reject: cfg.RejectOnRedisDown, log: log}
+	s := &Service{cfg: cfg, store: store, log: log, metrics: m, info: cfg.Strategy.Info(),
+		flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}, seqs: seqs,
+		redis: redis, trace: tr, counter: counter,
+		locks: &skuLocks{locker: locks, uses: cfg.Strategy.Info().UsesLock, wait: cfg.LockWait, lease: cfg.LockLease,
+			redis: redis, trace: tr, log: log, metrics: m},
+		writes: &writer{store: store, cfg: cfg, metrics: m, trace: tr}}
+	s.queues = combine.New(cfg.BatchMax, cfg.QueueMax, s.runBatch)
 	if cfg.SoldOutTTL > 0 {
 		s.soldOut = newSoldOut(cfg.SoldOutTTL, cfg.WriteTimeout)
 	}
 	return s
 }
-
-func (s *Service) usesLock() bool { return s.info.UsesLock }

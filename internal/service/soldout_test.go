@@ -70,6 +70,12 @@ func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 // instance is another Service over e's database and lock, with a counting
 // store and a settable sold-out clock.
 func (e *env) instance(cfg service.Config) (*service.Service, *countingStore, *clock) {
+	p, cs, c := e.build(cfg)
+	return p.Service, cs, c
+}
+
+// build is instance with all of the instance's parts.
+func (e *env) build(cfg service.Config) (service.Parts, *countingStore, *clock) {
 	if cfg.Strategy == "" {
 		cfg.Strategy = service.StrategyLockVersion
 	}
@@ -78,10 +84,10 @@ func (e *env) instance(cfg service.Config) (*service.Service, *countingStore, *c
 		cfg.BatchMax = 64
 	}
 	cs := &countingStore{Store: e.store}
-	s := service.New(cfg, cs, e.locker, nil, e.metrics)
+	p := service.Build(cfg, cs, e.locker, nil, e.metrics)
 	c := &clock{t: time.Now()}
-	service.SetSoldOutClock(s, c.now)
-	return s, cs, c
+	service.SetSoldOutClock(p.Service, c.now)
+	return p, cs, c
 }
 
 // place orders one unit of e's SKU at s; buyers are buyers of this SKU only.
@@ -89,12 +95,12 @@ func (e *env) place(s *service.Service, buyer, key string) (service.Order, bool,
 	return s.Place(context.Background(), service.PlaceRequest{Buyer: buyer + "@" + e.sku, Key: key, SKU: e.sku, Quantity: 1})
 }
 
-// After a sell-out, a SKU's orders skip the line and the lock: each is
+// After a sell-out, a SKU's orders skip the queue and the lock: each is
 // answered from one pre-check read and nothing else. The answers are
 // MySQL's at that moment: a replay gets its order, a key that placed an
 // order of another SKU is refused as reused (not told "sold out"), and a
 // restock behind this instance's back is seen by the very next order.
-func TestSoldOutSkipsTheLine(t *testing.T) {
+func TestSoldOutSkipsTheQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
 	for _, strategy := range []service.Strategy{service.StrategyLockVersion, service.StrategyConditional} {
@@ -245,12 +251,13 @@ func TestSoldOutReplayAfterAnUnheardRestock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
 	e.setStock(t, 0)
-	a, _, _ := e.instance(service.Config{SoldOutTTL: time.Hour})
+	ap, _, _ := e.build(service.Config{SoldOutTTL: time.Hour})
+	a := ap.Service
 	b, _, _ := e.instance(service.Config{SoldOutTTL: time.Hour})
 	if _, _, err := e.place(b, "b1", "first"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(b, e.sku) {
 		t.Fatalf("order of a sold-out SKU at b = %v, known %v; want ErrSoldOut and the SKU held", err, service.SoldOutKnown(b, e.sku))
 	}
-	if _, err := a.SetStock(context.Background(), e.sku, service.StockSetting{Available: 1}); err != nil {
+	if _, err := ap.Inventory.SetStock(context.Background(), e.sku, service.StockSetting{Available: 1}); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err := e.place(a, "b1", "K")
@@ -292,7 +299,8 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	events := stockevents.New(rdb, "test-"+uuid.NewString()[:8]+":")
 
-	a, _, _ := e.instance(service.Config{Events: events, SoldOutTTL: time.Hour})
+	ap, _, _ := e.build(service.Config{Events: events, SoldOutTTL: time.Hour})
+	a := ap.Service
 	b, _, _ := e.instance(service.Config{Events: events, SoldOutTTL: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -313,7 +321,7 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	if _, _, err := e.place(b, "b1", "k0"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(b, e.sku) {
 		t.Fatalf("order of a sold-out SKU at b = %v, known %v; want ErrSoldOut and the SKU held", err, service.SoldOutKnown(b, e.sku))
 	}
-	if _, err := a.SetStock(context.Background(), e.sku, service.StockSetting{Available: 1}); err != nil {
+	if _, err := ap.Inventory.SetStock(context.Background(), e.sku, service.StockSetting{Available: 1}); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err := e.place(a, "b1", "k1")
@@ -331,7 +339,7 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	}
 	// The message carried the restock sequence: a new order at b is placed
 	// at once, not told to retry as one admitted before the restock.
-	if _, err := a.SetStock(context.Background(), e.sku, service.StockSetting{Available: 3}); err != nil { // 0 left: room again
+	if _, err := ap.Inventory.SetStock(context.Background(), e.sku, service.StockSetting{Available: 3}); err != nil { // 0 left: room again
 		t.Fatal(err)
 	}
 	want := service.KnownRestockSeq(a, e.sku)

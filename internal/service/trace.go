@@ -38,22 +38,48 @@ var noSpan trace.Span = noop.Span{}
 // writeNames are the stock.write values of the Write modes.
 var writeNames = [...]string{WritePlain: "plain", WriteVersioned: "versioned", WriteConditional: "conditional", WriteForUpdate: "for-update"}
 
+// tracer starts the spans of the order path; with a nil t, tracing is off
+// and nothing is allocated for them.
+type tracer struct{ t trace.Tracer }
+
 // span starts a child span of ctx's span, or returns ctx and a no-op span
 // when tracing is off.
-func (s *Service) span(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if s.cfg.Tracer == nil {
+func (tr tracer) span(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if tr.t == nil {
 		return ctx, noSpan
 	}
-	return s.cfg.Tracer.Start(ctx, name, opts...)
+	return tr.t.Start(ctx, name, opts...)
 }
 
 // withSpan puts span in ctx, so work started on ctx (a context of its own,
 // such as a batch's) is traced under it; ctx itself when tracing is off.
-func (s *Service) withSpan(ctx context.Context, span trace.Span) context.Context {
-	if s.cfg.Tracer == nil {
+func (tr tracer) withSpan(ctx context.Context, span trace.Span) context.Context {
+	if tr.t == nil {
 		return ctx
 	}
 	return trace.ContextWithSpan(ctx, span)
+}
+
+// batchSpan starts the span of a batch: a child of the first order's span,
+// with links to and from the others. The context it returns is the one the
+// batch waits for the lock on: a batch of one's is its order's, a batch of
+// many's is context.Background() with the span only (no request's deadline
+// or cancellation). Tracing off: that context and a no-op span.
+func (tr tracer) batchSpan(sku string, batch []*call) (context.Context, trace.Span) {
+	first := batch[0].Ctx
+	if tr.t == nil {
+		if len(batch) == 1 {
+			return first, noSpan
+		}
+		return context.Background(), noSpan
+	}
+	if len(batch) == 1 {
+		return tr.t.Start(first, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(1)))
+	}
+	parent := trace.ContextWithSpan(context.Background(), trace.SpanFromContext(first))
+	bctx, span := tr.t.Start(parent, "stock.batch", trace.WithAttributes(attrSKU.String(sku), attrBatchSize.Int(len(batch))))
+	linkSpans(span, batch[1:])
+	return bctx, span
 }
 
 // endSpan ends a span of the order path with err's outcome: a failure of

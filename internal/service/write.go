@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/seckill/stock/internal/metrics"
 )
 
 // The database writes of the strategies: one transaction, and the versioned
@@ -15,25 +17,42 @@ import (
 // for-update).
 func (s *Service) placeInOneTx(ctx context.Context, d Deduction) (Order, error) {
 	d.Write = s.info.Write
-	return s.deductNow(ctx, d)
+	return s.writes.now(ctx, d)
 }
 
 // placeGuarded writes d by the strategy's guarded write, retried on a
 // conflict (version, conditional).
 func (s *Service) placeGuarded(ctx context.Context, d Deduction) (Order, error) {
 	d.Write = s.info.Write
-	return s.placeRetrying(ctx, d)
+	return s.writes.retrying(ctx, d)
 }
 
-// deductNow runs one transaction, bounded from now.
-func (s *Service) deductNow(ctx context.Context, d Deduction) (Order, error) {
-	wctx, cancel := s.writeCtx(ctx)
+// writer runs the strategies' transactions, each traced and bounded by
+// Config.WriteTimeout: one attempt, or the guarded write retried.
+type writer struct {
+	store   Store
+	cfg     Config // Strategy, VersionRetries, WriteTimeout, CriticalSectionHook
+	metrics *metrics.Metrics
+	trace   tracer
+}
+
+// writeCtx bounds a write that starts now. Once a write starts it finishes,
+// even if the client hangs up: a half-done order helps no one, and the
+// client's retry with the same key then gets the committed order back.
+func writeCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
+}
+
+// now runs one transaction, bounded from now.
+func (w *writer) now(ctx context.Context, d Deduction) (Order, error) {
+	wctx, cancel := writeCtx(ctx, w.cfg.WriteTimeout)
 	defer cancel()
-	return s.deduct(wctx, d)
+	return w.deduct(wctx, d)
 }
 
-func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
-	if h := s.cfg.CriticalSectionHook; h != nil {
+// deduct runs one transaction of d, with the critical-section hook.
+func (w *writer) deduct(ctx context.Context, d Deduction) (Order, error) {
+	if h := w.cfg.CriticalSectionHook; h != nil {
 		before := d.BeforeCommit
 		d.BeforeCommit = func() error {
 			h()
@@ -43,25 +62,25 @@ func (s *Service) deduct(ctx context.Context, d Deduction) (Order, error) {
 			return nil
 		}
 	}
-	ctx, span := s.span(ctx, "stock.transaction")
+	ctx, span := w.trace.span(ctx, "stock.transaction")
 	if span.IsRecording() {
 		span.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(d.SKU), attrWrite.String(writeNames[d.Write]))
 	}
-	o, err := s.store.Deduct(ctx, d)
+	o, err := w.store.Deduct(ctx, d)
 	endTx(span, err)
 	return o, err
 }
 
-// placeRetrying runs d's guarded write (versioned, or conditional, whose
+// retrying runs d's guarded write (versioned, or conditional, whose
 // UPDATE also checks the per-buyer limit it read), retrying each conflict
 // (retryConflicts).
-func (s *Service) placeRetrying(ctx context.Context, d Deduction) (Order, error) {
-	ctx, cancel := s.writeCtx(ctx)
+func (w *writer) retrying(ctx context.Context, d Deduction) (Order, error) {
+	ctx, cancel := writeCtx(ctx, w.cfg.WriteTimeout)
 	defer cancel()
 	var o Order
-	err := s.retryConflicts(ctx, func(int) error {
+	err := w.retryConflicts(ctx, func(int) error {
 		var err error
-		o, err = s.deduct(ctx, d)
+		o, err = w.deduct(ctx, d)
 		return err
 	})
 	return o, err
@@ -73,11 +92,11 @@ func (s *Service) placeRetrying(ctx context.Context, d Deduction) (Order, error)
 // its old snapshot and could never succeed. Each conflict is counted; after
 // the last it returns ErrBusy. Lock-free writers (version) spread their
 // retries over a few ms; ctx ending meanwhile is ErrUnavailable.
-func (s *Service) retryConflicts(ctx context.Context, attempt func(n int) error) error {
-	p := retryPolicy{on: ErrConflict, tries: s.cfg.VersionRetries + 1,
-		counted:   func() { s.metrics.Conflict(string(s.cfg.Strategy)) },
+func (w *writer) retryConflicts(ctx context.Context, attempt func(n int) error) error {
+	p := retryPolicy{on: ErrConflict, tries: w.cfg.VersionRetries + 1,
+		counted:   func() { w.metrics.Conflict(string(w.cfg.Strategy)) },
 		exhausted: func(n int) error { return fmt.Errorf("%w: %d version conflicts in a row", ErrBusy, n) }}
-	if s.cfg.Strategy == StrategyVersion {
+	if w.cfg.Strategy == StrategyVersion {
 		p.pause = func(n int) time.Duration {
 			return time.Duration(rand.Int64N(int64(time.Millisecond) << min(n, 4))) //nolint:gosec // G404: retry jitter, not a secret; nothing to guess
 		}

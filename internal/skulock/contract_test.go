@@ -18,20 +18,20 @@ import (
 	"github.com/seckill/stock/internal/testserver"
 )
 
-// backend is one Locker under the contract, with what it lacks.
-type backend struct {
+// subject is one gate's Locker under the contract, with what it lacks.
+type subject struct {
 	name string
-	// open returns a locker on the backend's store; each call a new client
+	// open returns a locker on the gate's store; each call a new client
 	// (another process, as far as the lock can tell), all on the same store.
 	open func(t *testing.T) service.Locker
 }
 
-// backends returns every backend of skulock.Open on private or per-test
+// subjects returns every gate of skulock.Open on private or per-test
 // stores: the Redis lock and SET NX PX on the shared Redis (keys under a
 // prefix of the test's own), the lock table in a fresh database, Redlock on
 // three redis-servers of its own, etcd on a single-member cluster of its own
 // (Debian's etcd-server, as a deployment of one would run it).
-func backends(t *testing.T) []backend {
+func subjects(t *testing.T) []subject {
 	t.Helper()
 	prefix := "contract-" + time.Now().Format("150405.000000000") + ":"
 	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
@@ -56,24 +56,24 @@ func backends(t *testing.T) []backend {
 		})
 		return l
 	}
-	return []backend{
+	return []subject{
 		{"redisson", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendRedisson}, skulock.Stores{Redis: rdb, Prefix: prefix})
+			return open(t, skulock.Config{Backend: skulock.GateRedisson}, skulock.Stores{Redis: rdb, Prefix: prefix})
 		}},
 		{"setnx", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendSetNX}, skulock.Stores{Redis: rdb, Prefix: prefix})
+			return open(t, skulock.Config{Backend: skulock.GateSetNX}, skulock.Stores{Redis: rdb, Prefix: prefix})
 		}},
 		{"dbtable", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendDBTable}, skulock.Stores{MySQLDSN: dsn, MySQLConns: 4})
+			return open(t, skulock.Config{Backend: skulock.GateDBTable}, skulock.Stores{MySQLDSN: dsn, MySQLConns: 4})
 		}},
 		{"redlock", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendRedlock, Redlock: redlock.Config{Addrs: addrs,
+			return open(t, skulock.Config{Backend: skulock.GateRedlock, Redlock: redlock.Config{Addrs: addrs,
 				// Generous for the race detector on a shared box; a node
 				// that times out counts as down.
 				NodeTimeout: 500 * time.Millisecond}}, skulock.Stores{Prefix: prefix})
 		}},
 		{"etcd", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.BackendEtcd,
+			return open(t, skulock.Config{Backend: skulock.GateEtcd,
 				Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{Prefix: prefix})
 		}},
 	}
@@ -94,13 +94,13 @@ func migrated(t *testing.T) string {
 	return dsn
 }
 
-// TestContract runs the same cases against every backend: exclusion,
+// TestContract runs the same cases against every gate: exclusion,
 // a wait that runs out, a cancelled wait, expiry of a lease nobody renews,
 // a stale holder's Unlock refused, fences that grow, Unlock idempotent.
-// What each backend lacks beyond these is in the package documentation.
+// What each gate lacks beyond these is in the package documentation.
 func TestContract(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends(t) {
+	for _, b := range subjects(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Run("exclusion", func(t *testing.T) { exclusion(t, b) })
 			t.Run("wait_runs_out", func(t *testing.T) { waitRunsOut(t, b) })
@@ -117,7 +117,7 @@ func sku(t *testing.T) string { return "c-" + time.Now().Format("150405.00000000
 // Eight clients, each on its own locker, take one SKU's lock 15 times each
 // behind a start barrier: never two inside at once, and every acquisition
 // accounted for.
-func exclusion(t *testing.T, b backend) {
+func exclusion(t *testing.T, b subject) {
 	const clients, rounds = 8, 15
 	s := sku(t)
 	var inside, most, total atomic.Int64
@@ -170,7 +170,7 @@ func mustLock(t *testing.T, l service.Locker, s string, wait, lease time.Duratio
 }
 
 // A held lock is not obtained within a short wait; once released it is.
-func waitRunsOut(t *testing.T, b backend) {
+func waitRunsOut(t *testing.T, b subject) {
 	s := sku(t)
 	a, c := b.open(t), b.open(t)
 	h := mustLock(t, a, s, time.Second, 5*time.Second)
@@ -190,7 +190,7 @@ func waitRunsOut(t *testing.T, b backend) {
 
 // A wait whose context ends returns ErrLockNotObtained joined with the
 // context's error (the service tells "busy" from "gone" by that).
-func cancelledWait(t *testing.T, b backend) {
+func cancelledWait(t *testing.T, b subject) {
 	s := sku(t)
 	a, c := b.open(t), b.open(t)
 	h := mustLock(t, a, s, time.Second, 5*time.Second)
@@ -209,7 +209,7 @@ func cancelledWait(t *testing.T, b backend) {
 
 // A fixed lease that nobody renews ends: the hold's context is cancelled
 // with ErrLockLost, Err says so, and another client gets the lock.
-func expiry(t *testing.T, b backend) {
+func expiry(t *testing.T, b subject) {
 	s := sku(t)
 	a, c := b.open(t), b.open(t)
 	// (Whether a fresh hold's Err is nil depends on how long its 150ms
@@ -238,7 +238,7 @@ func expiry(t *testing.T, b backend) {
 // The holder whose lease ran out and was taken over cannot release the new
 // holder's lock: its Unlock says ErrNotHeld and the lock stays held. A
 // second Unlock of the same hold is ErrNotHeld too and changes nothing.
-func staleUnlock(t *testing.T, b backend) {
+func staleUnlock(t *testing.T, b subject) {
 	s := sku(t)
 	a, c, d := b.open(t), b.open(t), b.open(t)
 	stale := mustLock(t, a, s, time.Second, 100*time.Millisecond)
@@ -268,7 +268,7 @@ func staleUnlock(t *testing.T, b backend) {
 }
 
 // Every new holder's fence is larger than the last one's.
-func fenceGrows(t *testing.T, b backend) {
+func fenceGrows(t *testing.T, b subject) {
 	s := sku(t)
 	ls := []service.Locker{b.open(t), b.open(t)}
 	var last int64

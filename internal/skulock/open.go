@@ -19,23 +19,23 @@ import (
 	"github.com/seckill/stock/internal/skulock/setnx"
 )
 
-// The backends of Open (STOCK_LOCK_BACKEND).
+// The gates of Open (STOCK_LOCK_BACKEND).
 const (
-	BackendRedisson = "redisson"
-	BackendSetNX    = "setnx"
-	BackendDBTable  = "dbtable"
-	BackendRedlock  = "redlock"
-	BackendEtcd     = "etcd"
+	GateRedisson = "redisson"
+	GateSetNX    = "setnx"
+	GateDBTable  = "dbtable"
+	GateRedlock  = "redlock"
+	GateEtcd     = "etcd"
 )
 
-// Backends returns every backend name, the default first: the values
+// Gates returns every gate name, the default first: the values
 // STOCK_LOCK_BACKEND takes.
-func Backends() []string {
-	return []string{BackendRedisson, BackendSetNX, BackendDBTable, BackendRedlock, BackendEtcd}
+func Gates() []string {
+	return []string{GateRedisson, GateSetNX, GateDBTable, GateRedlock, GateEtcd}
 }
 
-// ValidBackend reports whether name is a backend of Open.
-func ValidBackend(name string) bool { return slices.Contains(Backends(), name) }
+// ValidGate reports whether name is a gate of Open.
+func ValidGate(name string) bool { return slices.Contains(Gates(), name) }
 
 // Config is the SKU lock's settings: the gate, its lease, and each gate's
 // own group (setnx runs on the server's Redis and dbtable on its MySQL
@@ -82,38 +82,38 @@ type Stores struct {
 // that is down at start-up makes TryLock fail, as a store that goes down
 // later does. Errors name the missing or bad setting.
 func Open(ctx context.Context, cfg Config, st Stores) (service.Locker, func() error, error) {
-	if cfg.Backend != "" && cfg.Backend != BackendRedisson && cfg.Watchdog <= 0 {
-		return nil, nil, fmt.Errorf("skulock: backend %s: a lease is required (the watchdog's, a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
+	if cfg.Backend != "" && cfg.Backend != GateRedisson && cfg.Watchdog <= 0 {
+		return nil, nil, fmt.Errorf("skulock: gate %s: a lease is required (the watchdog's, a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
 	}
 	switch cfg.Backend {
-	case "", BackendRedisson:
+	case "", GateRedisson:
 		return openRedisson(cfg, st)
-	case BackendSetNX:
+	case GateSetNX:
 		if st.Redis == nil {
-			return nil, nil, errors.New("skulock: backend setnx: no Redis client")
+			return nil, nil, errors.New("skulock: gate setnx: no Redis client")
 		}
 		l := setnx.New(st.Redis, st.Prefix, cfg.Watchdog, st.Lost)
 		return l, l.Close, nil
-	case BackendDBTable:
+	case GateDBTable:
 		db, err := dbtable.OpenDB(st.MySQLDSN, cmp.Or(st.MySQLConns, 8))
 		if err != nil {
 			return nil, nil, err
 		}
 		l := dbtable.New(db, cfg.Watchdog, st.Lost)
 		return l, func() error { return errors.Join(l.Close(), db.Close()) }, nil
-	case BackendRedlock:
+	case GateRedlock:
 		return openRedlock(cfg, st)
-	case BackendEtcd:
+	case GateEtcd:
 		return openEtcd(cfg, st)
 	}
-	return nil, nil, fmt.Errorf("skulock: unknown backend %q; want one of %v", cfg.Backend, Backends())
+	return nil, nil, fmt.Errorf("skulock: unknown gate %q; want one of %v", cfg.Backend, Gates())
 }
 
 // openRedisson makes the Redis lock's client of cfg (its watchdog lease,
 // its pub/sub mode) on st.Redis; closing it stops its watchdog.
 func openRedisson(cfg Config, st Stores) (service.Locker, func() error, error) {
 	if st.Redis == nil {
-		return nil, nil, errors.New("skulock: backend redisson: no Redis client")
+		return nil, nil, errors.New("skulock: gate redisson: no Redis client")
 	}
 	hooks := lock.Hooks{Renewed: st.Renewed}
 	if st.Lost != nil {
@@ -130,7 +130,7 @@ func openRedisson(cfg Config, st Stores) (service.Locker, func() error, error) {
 // openRedlock makes a client per master; its close function closes them.
 func openRedlock(cfg Config, st Stores) (service.Locker, func() error, error) {
 	if len(cfg.Redlock.Addrs) == 0 {
-		return nil, nil, errors.New("skulock: backend redlock: no master addresses")
+		return nil, nil, errors.New("skulock: gate redlock: no master addresses")
 	}
 	var nodes []redis.UniversalClient
 	for _, a := range cfg.Redlock.Addrs {
@@ -146,7 +146,7 @@ func openRedlock(cfg Config, st Stores) (service.Locker, func() error, error) {
 	}, nil
 }
 
-// DefaultNodeTimeout is the redlock backend's default bound of each
+// DefaultNodeTimeout is the redlock gate's default bound of each
 // master's call.
 const DefaultNodeTimeout = redlock.DefaultNodeTimeout
 
@@ -154,7 +154,7 @@ const DefaultNodeTimeout = redlock.DefaultNodeTimeout
 // function closes the client too.
 func openEtcd(cfg Config, st Stores) (service.Locker, func() error, error) {
 	if len(cfg.Etcd.Endpoints) == 0 {
-		return nil, nil, errors.New("skulock: backend etcd: no endpoints")
+		return nil, nil, errors.New("skulock: gate etcd: no endpoints")
 	}
 	if cfg.Etcd.DialTimeout <= 0 {
 		cfg.Etcd.DialTimeout = DefaultEtcdDialTimeout

@@ -45,7 +45,7 @@ func TestRedisLocker(t *testing.T) {
 	}
 }
 
-// The README's gates table has a row for each backend of Open, and no more.
+// The README's gates table has a row for each gate of Open, and no more.
 func TestREADMEGatesTable(t *testing.T) {
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -58,10 +58,10 @@ func TestREADMEGatesTable(t *testing.T) {
 	}
 	table, _, _ := strings.Cut(readme[i:], "\n\n")
 	rows := strings.Count(table, "\n| `")
-	if rows != len(skulock.Backends()) {
-		t.Errorf("README's gates table has %d rows; want one per backend %v", rows, skulock.Backends())
+	if rows != len(skulock.Gates()) {
+		t.Errorf("README's gates table has %d rows; want one per gate %v", rows, skulock.Gates())
 	}
-	for _, name := range skulock.Backends() {
+	for _, name := range skulock.Gates() {
 		if !strings.Contains(table, "\n| `"+name+"` |") {
 			t.Errorf("README's gates table has no row for %s", name)
 		}

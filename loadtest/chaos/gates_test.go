@@ -57,7 +57,7 @@ func redlockMasterKilled(t *testing.T, row *Row) {
 	// down, and a round without a majority sends orders DB-only for a
 	// second: the row gives the two live masters 2s (not the default 100ms)
 	// so that only the killed one can be missing, however busy the machine.
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.BackendRedlock,
+	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateRedlock,
 		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms", "STOCK_REDLOCK_NODE_TIMEOUT": "2s"}})
 	stock := size[int64](300, 1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
@@ -93,7 +93,7 @@ func redlockMasterKilled(t *testing.T, row *Row) {
 func redlockClockJump(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, redlock"
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.BackendRedlock, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
+	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateRedlock, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
 	stock := int64(1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
@@ -130,7 +130,7 @@ func dbtableMariaDBRestart(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, dbtable"
 	ctx := ctxFor(t, 4*time.Minute)
 	m := testserver.StartMariaDB(t)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.BackendDBTable, mysqlBase: m.Base,
+	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateDBTable, mysqlBase: m.Base,
 		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms", "STOCK_LOCK_WATCHDOG": "2s"}})
 	stock := int64(1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})

@@ -68,11 +68,11 @@ func newHistStores(t *testing.T, gate string) *histStores {
 	}
 	t.Cleanup(func() { _ = s.db.Close() })
 	switch gate {
-	case skulock.BackendRedlock:
+	case skulock.GateRedlock:
 		for range 3 {
 			s.masters = append(s.masters, testserver.StartRedis(t).Addr)
 		}
-	case skulock.BackendEtcd:
+	case skulock.GateEtcd:
 		s.etcd = testserver.StartEtcd(t, 1).Endpoints()
 	}
 	return s
@@ -85,17 +85,17 @@ func (s *histStores) open(t *testing.T, gate string, via func(string) string) se
 	cfg := skulock.Config{Backend: gate, Watchdog: histLease, Redlock: redlock.Config{NodeTimeout: 300 * time.Millisecond}}
 	st := skulock.Stores{Prefix: s.prefix}
 	switch gate {
-	case skulock.BackendRedisson, skulock.BackendSetNX:
+	case skulock.GateRedisson, skulock.GateSetNX:
 		rdb := redis.NewClient(&redis.Options{Addr: via(testserver.SharedRedis), MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { _ = rdb.Close() })
 		st.Redis = rdb
-	case skulock.BackendDBTable:
+	case skulock.GateDBTable:
 		st.MySQLDSN, st.MySQLConns = strings.Replace(s.dsn, "127.0.0.1:3306", via("127.0.0.1:3306"), 1)+"&readTimeout=1s&writeTimeout=1s", 2
-	case skulock.BackendRedlock:
+	case skulock.GateRedlock:
 		for _, m := range s.masters {
 			cfg.Redlock.Addrs = append(cfg.Redlock.Addrs, via(m))
 		}
-	case skulock.BackendEtcd:
+	case skulock.GateEtcd:
 		cfg.Watchdog = histEtcdTTL
 		cfg.Etcd = etcdlock.ClientConfig{DialTimeout: time.Second}
 		for _, e := range s.etcd {
@@ -122,17 +122,17 @@ func (s *histStores) loseKey(gate string) func(ctx context.Context, sku string) 
 		return c.Del(context.Background(), key).Err()
 	}
 	switch gate {
-	case skulock.BackendRedisson:
+	case skulock.GateRedisson:
 		return func(_ context.Context, sku string) error { return del(testserver.SharedRedis, s.prefix+name(sku)) }
-	case skulock.BackendSetNX:
+	case skulock.GateSetNX:
 		return func(_ context.Context, sku string) error {
 			return del(testserver.SharedRedis, s.prefix+"setnx:"+name(sku))
 		}
-	case skulock.BackendRedlock:
+	case skulock.GateRedlock:
 		return func(_ context.Context, sku string) error {
 			return errors.Join(del(s.masters[0], s.prefix+"redlock:"+name(sku)), del(s.masters[1], s.prefix+"redlock:"+name(sku)))
 		}
-	case skulock.BackendDBTable:
+	case skulock.GateDBTable:
 		return func(ctx context.Context, sku string) error {
 			_, err := s.db.ExecContext(ctx, "DELETE FROM sku_locks WHERE name = ?", name(sku))
 			return err
@@ -156,7 +156,7 @@ type histResult struct {
 // such fault.
 func histFaults(t *testing.T, s *histStores, gate string, proxies []*testserver.Proxy) map[string]func(sku string) func() {
 	ttl := histLease
-	if gate == skulock.BackendEtcd {
+	if gate == skulock.GateEtcd {
 		ttl = histEtcdTTL
 	}
 	past := ttl*5/2 + 200*time.Millisecond
@@ -183,7 +183,7 @@ func histFaults(t *testing.T, s *histStores, gate string, proxies []*testserver.
 	}
 	if lose := s.loseKey(gate); lose != nil {
 		name := "lost key (failover)"
-		if gate == skulock.BackendRedlock {
+		if gate == skulock.GateRedlock {
 			name = "clock jump (2 of 3 masters)"
 		}
 		faults[name] = func(sku string) func() {
@@ -217,7 +217,7 @@ func runHistory(t *testing.T, s *histStores, gate, fault string, fencing lockhis
 	lease := time.Duration(0)
 	if fault == "pause" {
 		lease = histLease
-		if gate == skulock.BackendEtcd {
+		if gate == skulock.GateEtcd {
 			lease = histEtcdTTL
 		}
 	}
@@ -262,7 +262,7 @@ func TestHistories(t *testing.T) {
 		all []histResult
 	)
 	t.Run("gates", func(t *testing.T) {
-		for _, gate := range skulock.Backends() {
+		for _, gate := range skulock.Gates() {
 			t.Run(gate, func(t *testing.T) {
 				t.Parallel()
 				s := newHistStores(t, gate)
@@ -342,7 +342,7 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 	slices.Sort(names)
 	for _, f := range []lockhistory.Fencing{lockhistory.Unfenced, lockhistory.FencedWrite, lockhistory.FencedReadWrite} {
 		fmt.Fprintf(&b, "## %s\n\n| gate | %s |\n|---|%s\n", f, strings.Join(names, " | "), strings.Repeat("---|", len(names)))
-		for _, g := range skulock.Backends() {
+		for _, g := range skulock.Gates() {
 			fmt.Fprintf(&b, "| %s |", g)
 			for _, n := range names {
 				cell := "n/a"

@@ -161,7 +161,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 		for k, v := range rc.env {
 			env[k] = v
 		}
-		if rc.backend == skulock.BackendRedlock {
+		if rc.backend == skulock.GateRedlock {
 			var addrs []string
 			for range 3 {
 				m := testserver.StartRedis(t)
@@ -170,7 +170,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 			}
 			env["STOCK_REDLOCK_ADDRS"] = strings.Join(addrs, ",")
 		}
-		if rc.backend == skulock.BackendEtcd {
+		if rc.backend == skulock.GateEtcd {
 			r.startEtcd(rc)
 			env["STOCK_ETCD_ENDPOINTS"] = strings.Join(r.etcd.Endpoints(), ",")
 		}

@@ -1,40 +1,11 @@
 // Package etcdlock is the SKU lock's etcd gate: a concurrency.Mutex of
-// go.etcd.io/etcd/client/v3 on a session (a lease) of the hold's own.
-//
-// What it adds to the Mutex, for the Mutex's known pitfalls:
-//
-//   - One session per hold. Two Mutexes on one session share one key
-//     (prefix/lease id), and both would "hold" it; a session of its own
-//     makes every hold's key its own.
-//   - A lost lease cancels the hold's context with ErrLockLost. The session's
-//     Done channel is watched, and a watchdog of this package renews the
-//     lease every third of its TTL with KeepAliveOnce and moves the hold's
-//     deadline to the renewal's send time plus the TTL, less a drift
-//     allowance; the hold is lost when that deadline passes unrenewed, so
-//     this side gives up no later than the cluster's leader can expire the
-//     lease, whatever the client library's own keep-alive believes. A hold
-//     lost on this side revokes its lease, so the others need not wait for
-//     the cluster to expire it.
-//   - Release is a compare on the key's create revision (Mutex.IsOwner)
-//     and a delete in one transaction: a stale or retried Unlock never
-//     deletes a newer holder's key.
-//   - The fencing token is the key's create revision. Revisions grow across
-//     the whole cluster (every write takes the next one), the Mutex grants
-//     the lock in create-revision order, and a restart keeps them (the
-//     revision is in the data directory); a cluster rebuilt from nothing
-//     starts again from 1.
-//
-// A TryLock with lease 0 holds on a session with the Locker's TTL (whole
-// seconds, rounded up, and at least the cluster's minimum), kept alive (the
-// watchdog; STOCK_LOCK_WATCHDOG); with a lease, on a session of that TTL
-// that is never kept alive, and the hold is lost at its local deadline, the
-// lease counted from before the grant was sent.
-//
-// What it cannot promise, as no lease can: a holder paused past its lease,
-// or cut off from the cluster, is lost on this side only when it next looks
-// (its context, Err); a write it had already sent can land after another
-// holder took over. The fence, or the service's versioned UPDATE, is what
-// refuses it.
+// go.etcd.io/etcd/client/v3 on a session (a lease) of the hold's own, with
+// a watchdog of this package that renews the lease and loses the hold at
+// its local deadline, release by a compare on the key's create revision,
+// and that revision as the fencing token. What it adds to the Mutex (for
+// the Mutex's known pitfalls), how a lease of 0 differs from a fixed one,
+// and what it cannot promise are in docs/reference.md ("The etcd gate");
+// the decision is docs/decisions/0017-etcd-gate-and-histories.md.
 package etcdlock
 
 import (

@@ -20,7 +20,7 @@ import (
 var (
 	// ErrNotHeld is returned by Unlock of a hold whose lock had expired, was
 	// taken over or was already released. It is lock.ErrNotHeld, so one
-	// errors.Is covers every backend.
+	// errors.Is covers every gate.
 	ErrNotHeld = lock.ErrNotHeld
 	// ErrLockLost is the cause of a hold's context (and its Err) once the
 	// lock may be held by someone else: when its lease ran out unrenewed,
@@ -30,7 +30,7 @@ var (
 
 // LeaseHold is a hold on a lease: held until its deadline, measured on
 // this process's monotonic clock from just before the acquire was sent
-// (minus the drift allowance for redlock), and lost then. The backends
+// (minus the drift allowance for redlock), and lost then. The gates
 // without a watchdog (setnx, dbtable, redlock) never move the deadline; the
 // etcd gate's watchdog moves it with each renewal (Extend) and loses the
 // hold when the store says the lease is gone (Lose). Its context is
@@ -106,7 +106,7 @@ func (h *LeaseHold) lose() {
 func (h *LeaseHold) Context() context.Context { return h.ctx }
 
 // Fence is the hold's fencing token (see the package documentation for
-// what each backend's token promises).
+// what each gate's token promises).
 func (h *LeaseHold) Fence() int64 { return h.fence }
 
 // Err is nil while held, ErrLockLost once the deadline passed, ErrNotHeld

@@ -220,7 +220,7 @@ func TestDBTableTakeoverAndReap(t *testing.T) {
 }
 
 // A store that cannot be reached is an error, not ErrLockNotObtained, for
-// each backend (the service then takes its DB-only path or rejects).
+// each gate (the service then takes its DB-only path or rejects).
 func TestStoreDown(t *testing.T) {
 	t.Parallel()
 	port := testserver.FreePort(t)
@@ -231,10 +231,10 @@ func TestStoreDown(t *testing.T) {
 		cfg skulock.Config
 		st  skulock.Stores
 	}{
-		{skulock.Config{Backend: skulock.BackendSetNX}, skulock.Stores{Redis: rdb}},
-		{skulock.Config{Backend: skulock.BackendDBTable}, skulock.Stores{MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"}},
-		{skulock.Config{Backend: skulock.BackendRedlock, Redlock: redlock.Config{Addrs: []string{dead, dead, dead}}}, skulock.Stores{}},
-		{skulock.Config{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}}, skulock.Stores{}},
+		{skulock.Config{Backend: skulock.GateSetNX}, skulock.Stores{Redis: rdb}},
+		{skulock.Config{Backend: skulock.GateDBTable}, skulock.Stores{MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"}},
+		{skulock.Config{Backend: skulock.GateRedlock, Redlock: redlock.Config{Addrs: []string{dead, dead, dead}}}, skulock.Stores{}},
+		{skulock.Config{Backend: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}}, skulock.Stores{}},
 	} {
 		cfg := c.cfg
 		cfg.Watchdog = 5 * time.Second
@@ -252,15 +252,15 @@ func TestStoreDown(t *testing.T) {
 	}
 }
 
-// Open refuses what it cannot run: an unknown backend, a backend without a
+// Open refuses what it cannot run: an unknown gate, a gate without a
 // watchdog and no lease, redlock without masters, etcd without endpoints.
 func TestOpenRefuses(t *testing.T) {
 	for _, cfg := range []skulock.Config{
 		{Backend: "zookeeper", Watchdog: time.Second},
-		{Backend: skulock.BackendSetNX},
-		{Backend: skulock.BackendRedlock, Watchdog: time.Second},
-		{Backend: skulock.BackendRedisson},
-		{Backend: skulock.BackendEtcd, Watchdog: time.Second},
+		{Backend: skulock.GateSetNX},
+		{Backend: skulock.GateRedlock, Watchdog: time.Second},
+		{Backend: skulock.GateRedisson},
+		{Backend: skulock.GateEtcd, Watchdog: time.Second},
 	} {
 		if _, _, err := skulock.Open(context.Background(), cfg, skulock.Stores{}); err == nil {
 			t.Errorf("Open(%+v) = nil error; want one", cfg)
@@ -268,7 +268,7 @@ func TestOpenRefuses(t *testing.T) {
 	}
 }
 
-// Close stops everything a backend started: the reaper, background
+// Close stops everything a gate started: the reaper, background
 // releases, the masters' connections, etcd's client and watchdogs.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	// The test's own Redis servers are waited for until the test ends.
@@ -283,10 +283,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		cfg skulock.Config
 		st  skulock.Stores
 	}{
-		{skulock.Config{Backend: skulock.BackendEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{}},
-		{skulock.Config{Backend: skulock.BackendSetNX}, skulock.Stores{Redis: rdb}},
-		{skulock.Config{Backend: skulock.BackendDBTable}, skulock.Stores{MySQLDSN: dsn}},
-		{skulock.Config{Backend: skulock.BackendRedlock, Redlock: redlock.Config{Addrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}}}, skulock.Stores{}},
+		{skulock.Config{Backend: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{}},
+		{skulock.Config{Backend: skulock.GateSetNX}, skulock.Stores{Redis: rdb}},
+		{skulock.Config{Backend: skulock.GateDBTable}, skulock.Stores{MySQLDSN: dsn}},
+		{skulock.Config{Backend: skulock.GateRedlock, Redlock: redlock.Config{Addrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}}}, skulock.Stores{}},
 	} {
 		cfg := c.cfg
 		cfg.Watchdog = 5 * time.Second
