@@ -1,0 +1,53 @@
+// Package testdoc keeps code shown in the docs equal to code the tests run:
+// a README's Go block must be the body of a runnable Example.
+package testdoc
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+)
+
+// ExampleBody returns the body of the function name in the Go file file,
+// one tab of indentation removed, as a README shows it.
+func ExampleBody(t testing.TB, file, name string) string {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == name {
+			body := string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
+			var lines []string
+			for _, l := range strings.Split(strings.Trim(body, "\n"), "\n") {
+				lines = append(lines, strings.TrimPrefix(l, "\t"))
+			}
+			return strings.Join(lines, "\n")
+		}
+	}
+	t.Fatalf("%s has no func %s", file, name)
+	return ""
+}
+
+// ShowsExample fails t unless the markdown file readme holds the body of
+// the function name of file as a Go code block.
+func ShowsExample(t testing.TB, readme, file, name string) {
+	t.Helper()
+	doc, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "```go\n" + ExampleBody(t, file, name) + "\n```"
+	if !strings.Contains(string(doc), want) {
+		t.Fatalf("%s does not show %s of %s; paste this:\n%s", readme, name, file, want)
+	}
+}
