@@ -23,13 +23,7 @@ import (
 )
 
 // strategies is every STOCK_STRATEGY, in the order of the README table.
-var strategies = func() []string {
-	var out []string
-	for _, s := range service.Strategies() {
-		out = append(out, string(s))
-	}
-	return out
-}()
+var strategies = service.StrategyNames()
 
 // phase is one scenario run once per strategy.
 type phase struct {

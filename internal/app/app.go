@@ -134,7 +134,7 @@ func (a *App) tracerProvider(ctx context.Context, t Telemetry, o options, log *s
 }
 
 // openStore opens MySQL and checks the schema is migrated.
-func (a *App) openStore(ctx context.Context, db MySQL, orders Orders, faults Faults) error {
+func (a *App) openStore(ctx context.Context, db MySQL, orders service.Config, faults Faults) error {
 	var err error
 	o := repo.Options{MaxOpenConns: db.PoolSize, MaxQuantity: int64(orders.MaxQuantity)}
 	if d := faults.SweepDelay; d > 0 {
@@ -187,12 +187,11 @@ func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error)
 // newService makes the service's parts and starts the listener of other
 // instances' stock changes, the sweeper and the counter's reconcile.
 func (a *App) newService(ctx context.Context, cfg Config, o options, locker service.Locker, tp trace.TracerProvider, log *slog.Logger) {
-	orders := cfg.Orders
-	if !orders.Strategy.Info().Safe {
-		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", orders.Strategy)
+	svcCfg := cfg.Orders
+	if !svcCfg.Strategy.Info().Safe {
+		log.Warn("running an UNSAFE strategy: it can oversell", "strategy", svcCfg.Strategy)
 	}
 	events := stockevents.New(a.Redis, cfg.Redis.Prefix)
-	svcCfg := orders.Service()
 	svcCfg.Events = events
 	svcCfg.CriticalSectionHook = o.critical
 	if tp != nil {
@@ -202,16 +201,16 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 		log.Warn("STOCK_TEST_CRITICAL_DELAY is set: every order sleeps inside its critical section", "delay", d)
 		svcCfg.CriticalSectionHook = func() { time.Sleep(d) }
 	}
-	if orders.Strategy.Info().Counted {
+	if svcCfg.Strategy.Info().Counted {
 		svcCfg.Counter = a.stockCounter(cfg.Redis)
 	}
 	a.Parts = service.Build(svcCfg, a.Store, locker, log, a.Metrics)
 	// Restocks made through other instances end this one's sold-out answers.
 	a.background(ctx, func(ctx context.Context) { events.Listen(ctx, a.Parts.Service.StockChanged) })
 	// Reservations past their deadline expire here as at every instance.
-	a.background(ctx, func(ctx context.Context) { a.Parts.Lifecycle.RunSweeper(ctx, orders.ExpiryInterval) })
+	a.background(ctx, func(ctx context.Context) { a.Parts.Lifecycle.RunSweeper(ctx, svcCfg.ExpiryInterval) })
 	// The counter strategies' drift is repaired from MySQL's rows here too.
-	a.background(ctx, func(ctx context.Context) { a.Parts.Reconciler.Run(ctx, orders.CounterReconcile) })
+	a.background(ctx, func(ctx context.Context) { a.Parts.Reconciler.Run(ctx, svcCfg.CounterReconcile) })
 }
 
 // background runs f in a goroutine until Close, which cancels f's context

@@ -35,7 +35,7 @@ type Config struct {
 	// (`STOCK_LOCK_WAIT`, `STOCK_LOCK_LEASE` under Orders).
 	Lock skulock.Config
 	// How orders are placed and guarded (internal/service).
-	Orders Orders
+	Orders service.Config
 	// The tokens of buyers, admins and the payment service.
 	Auth Auth
 	// Caps and rate limits of the HTTP edge.
@@ -132,72 +132,6 @@ func (r Redis) Options() *redis.UniversalOptions {
 		MaxRetries:    1,
 		PoolSize:      64,
 	}
-}
-
-// What orders do while Redis is down (STOCK_ON_REDIS_DOWN).
-const (
-	OnRedisDownDBOnly = "db-only"
-	OnRedisDownReject = "reject"
-)
-
-// Orders is the order path's group: the service's settings.
-type Orders struct {
-	// How orders are guarded: see the README's strategies.
-	Strategy service.Strategy `env:"STOCK_STRATEGY" envDefault:"lock+version"`
-	// `1` to run `none`, `lock` or `counter` (they can oversell).
-	AllowUnsafe bool `env:"STOCK_ALLOW_UNSAFE" envDefault:"0"`
-	// Longest wait for the SKU lock before 429.
-	LockWait time.Duration `env:"STOCK_LOCK_WAIT" envDefault:"2s"`
-	// `0` = the watchdog's lease; a duration = a fixed lease, never renewed.
-	LockLease time.Duration `env:"STOCK_LOCK_LEASE" envDefault:"0"`
-	// `db-only`: orders go on through the conditional UPDATE while Redis is
-	// down; `reject`: 503.
-	OnRedisDown string `env:"STOCK_ON_REDIS_DOWN" envDefault:"db-only"`
-	// Largest quantity of one order.
-	MaxQuantity int `env:"STOCK_MAX_QUANTITY" envDefault:"100" range:"1,1000000"`
-	// `lock+version`: most orders of one SKU placed under one lock
-	// acquisition; `1` = one order per transaction. Keep it at least the
-	// orders of one SKU an instance has waiting at once: the ones past it
-	// wait a whole extra round of the lock.
-	BatchMax int `env:"STOCK_BATCH_MAX" envDefault:"128" range:"1,1000"`
-	// Locking strategies: most orders of one SKU in progress at one instance
-	// (pre-check, queue, batch); past it `429 busy` with `Retry-After`, at
-	// once, touching neither Redis nor MySQL.
-	QueueMax int `env:"STOCK_QUEUE_MAX" envDefault:"2000" range:"1,1000000"`
-	// The sold-out fast path: how long after MySQL said a SKU is sold out
-	// its orders skip the queue and the lock, each answered from one read of
-	// the stock row and its key; `0` = off.
-	SoldOutTTL time.Duration `env:"STOCK_SOLDOUT_TTL" envDefault:"1s" min:"1ms"`
-	// How often each instance expires reserved orders past their payment
-	// deadline and returns their units.
-	ExpiryInterval time.Duration `env:"STOCK_EXPIRY_INTERVAL" envDefault:"1s" min:"10ms" nonzero:"true"`
-	// How often the counter strategies compare each SKU's Redis counter with
-	// MySQL's row (a counter that disagrees two rounds running is repaired).
-	CounterReconcile time.Duration `env:"STOCK_COUNTER_RECONCILE" envDefault:"5s" min:"10ms" nonzero:"true"`
-}
-
-// RejectOnRedisDown reports whether orders are refused while Redis is down.
-func (o Orders) RejectOnRedisDown() bool { return o.OnRedisDown == OnRedisDownReject }
-
-// Service is the service's configuration of o (the wiring adds the
-// service's collaborators): the one place the environment's conventions
-// become the service's (STOCK_SOLDOUT_TTL=0 is off, the service's 0 its
-// default).
-func (o Orders) Service() service.Config {
-	c := service.Config{
-		Strategy:          o.Strategy,
-		LockWait:          o.LockWait,
-		LockLease:         o.LockLease,
-		RejectOnRedisDown: o.RejectOnRedisDown(),
-		MaxQuantity:       o.MaxQuantity,
-		BatchMax:          o.BatchMax,
-		QueueMax:          o.QueueMax,
-		SoldOutTTL:        o.SoldOutTTL,
-	}
-	if o.SoldOutTTL == 0 {
-		c.SoldOutTTL = -1
-	}
-	return c
 }
 
 // Auth is the tokens' group.

@@ -104,3 +104,16 @@ func TestLockBackendConfig(t *testing.T) {
 		t.Errorf("etcd over two endpoints: %v, %v, %v; want [e1:2379 https://e2:2379], 500ms, nil", cfg.Lock.Etcd.Endpoints, cfg.Lock.Etcd.DialTimeout, err)
 	}
 }
+
+// STOCK_SOLDOUT_TTL=0 turns the fast path off: the service's Config says
+// that with a negative TTL, as its 0 is the default.
+func TestSoldOutTTLZeroIsOff(t *testing.T) {
+	cfg, err := app.ParseEnv(apptest.Env(map[string]string{"STOCK_SOLDOUT_TTL": "0"}))
+	if err != nil || cfg.Orders.SoldOutTTL >= 0 {
+		t.Errorf("STOCK_SOLDOUT_TTL=0: %v, %v; want a negative TTL (off)", cfg.Orders.SoldOutTTL, err)
+	}
+	cfg, err = app.ParseEnv(apptest.Env(nil))
+	if err != nil || cfg.Orders.SoldOutTTL != time.Second {
+		t.Errorf("unset: %v, %v; want 1s", cfg.Orders.SoldOutTTL, err)
+	}
+}

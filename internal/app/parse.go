@@ -29,22 +29,13 @@ type enum struct {
 // enums are the enumerated variables, by name. ParseEnv accepts only their
 // values and docs/config.md lists them, both from here.
 var enums = map[string]enum{
-	"STOCK_STRATEGY":           {values: strategyNames},
+	"STOCK_STRATEGY":           {values: service.StrategyNames},
 	"STOCK_LOCK_BACKEND":       {values: skulock.Gates},
 	"STOCK_LOCK_PUBSUB":        {values: redisson.PubSubModes, fold: true},
-	"STOCK_ON_REDIS_DOWN":      {values: func() []string { return []string{OnRedisDownDBOnly, OnRedisDownReject} }, fold: true},
+	"STOCK_ON_REDIS_DOWN":      {values: func() []string { return []string{service.OnRedisDownDBOnly, service.OnRedisDownReject} }, fold: true},
 	"STOCK_RATE_ON_REDIS_DOWN": {values: func() []string { return []string{RateOnRedisDownOpen, RateOnRedisDownClosed} }, fold: true},
 	"STOCK_LOG_LEVEL":          {values: func() []string { return []string{"info", "debug", "warn", "error"} }, fold: true},
 	"STOCK_LOG_FORMAT":         {values: func() []string { return []string{LogFormatJSON, LogFormatText} }, fold: true},
-}
-
-// strategyNames are the strategies of service's table.
-func strategyNames() []string {
-	var out []string
-	for _, s := range service.Strategies() {
-		out = append(out, string(s))
-	}
-	return out
 }
 
 // A setting is one variable of Config: its field and where its value is.
@@ -229,6 +220,9 @@ func (p *checker) together(c *Config) {
 	}
 	if s := c.Auth.JWTSecret; s != "" && len(s) < auth.MinSecret {
 		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))
+	}
+	if c.Orders.SoldOutTTL == 0 {
+		c.Orders.SoldOutTTL = -1 // STOCK_SOLDOUT_TTL=0 is off; a service.Config's 0 is its default
 	}
 	l := &c.Limits
 	l.RateIPBurst = cmp.Or(l.RateIPBurst, l.RateIP)

@@ -108,7 +108,7 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 		cfg.Redis.Addrs = []string{o.redisAddr}
 	}
 	if o.reject {
-		cfg.Orders.OnRedisDown = app.OnRedisDownReject
+		cfg.Orders.OnRedisDown = service.OnRedisDownReject
 	}
 	cfg.Orders.LockWait = 5 * time.Second
 	if o.lockWait != 0 {

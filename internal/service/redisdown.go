@@ -17,7 +17,7 @@ const redisBackoff = time.Second
 // redisHealth is what this instance knows of Redis: whether to skip the
 // lock for now, and whether the outage was logged. Safe for concurrent use.
 type redisHealth struct {
-	reject bool // Config.RejectOnRedisDown
+	reject bool // Config.RejectOnRedisDown()
 	log    *slog.Logger
 
 	downUntil atomic.Int64 // unix nanos; skip the lock until then
@@ -55,7 +55,7 @@ func (s *Service) placeWithoutRedis(ctx context.Context, d Deduction, cause erro
 	if cause != nil {
 		s.redis.failed(ctx, cause)
 	}
-	if s.cfg.RejectOnRedisDown {
+	if s.cfg.RejectOnRedisDown() {
 		return Order{}, fmt.Errorf("%w: redis unreachable", ErrUnavailable)
 	}
 	s.metrics.DBOnlyOrder()

@@ -96,7 +96,7 @@ func TestRedisDownReject(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := st.cfg
-			cfg.RejectOnRedisDown = true
+			cfg.OnRedisDown = service.OnRedisDownReject
 			u := newUnit(t, cfg)
 			u.setStock(t, u.sku, 10, 0)
 			u.locks.SetDown(errRedis)

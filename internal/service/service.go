@@ -20,28 +20,48 @@ import (
 	"github.com/seckill/stock/internal/metrics"
 )
 
-// Config configures a Service.
+// Config configures the service's parts. Its tagged fields are the
+// server's Orders group of settings, read from the environment as they
+// are (docs/config.md lists them from these comments); the others are the
+// wiring's and the tests'. A zero field takes the default its comment names.
 type Config struct {
-	Strategy          Strategy
-	LockWait          time.Duration // longest wait for the SKU lock before ErrBusy
-	LockLease         time.Duration // 0: watchdog; > 0: fixed lease
-	RejectOnRedisDown bool          // true: ErrUnavailable when Redis is down; false: DB-only path
-	MaxQuantity       int           // largest quantity of one order (default 100)
+	// How orders are guarded: see the README's strategies.
+	Strategy Strategy `env:"STOCK_STRATEGY" envDefault:"lock+version"`
+	// `1` to run `none`, `lock` or `counter` (they can oversell).
+	AllowUnsafe bool `env:"STOCK_ALLOW_UNSAFE" envDefault:"0"`
+	// Longest wait for the SKU lock before 429.
+	LockWait time.Duration `env:"STOCK_LOCK_WAIT" envDefault:"2s"`
+	// `0` = the watchdog's lease; a duration = a fixed lease, never renewed.
+	LockLease time.Duration `env:"STOCK_LOCK_LEASE" envDefault:"0"`
+	// `db-only`: orders go on through the conditional UPDATE while Redis is
+	// down; `reject`: 503.
+	OnRedisDown string `env:"STOCK_ON_REDIS_DOWN" envDefault:"db-only"`
+	// Largest quantity of one order.
+	MaxQuantity int `env:"STOCK_MAX_QUANTITY" envDefault:"100" range:"1,1000000"`
+	// `lock+version`: most orders of one SKU placed under one lock
+	// acquisition; `1` = one order per transaction. Keep it at least the
+	// orders of one SKU an instance has waiting at once: the ones past it
+	// wait a whole extra round of the lock.
+	BatchMax int `env:"STOCK_BATCH_MAX" envDefault:"128" range:"1,1000"`
+	// Locking strategies: most orders of one SKU in progress at one instance
+	// (pre-check, queue, batch); past it `429 busy` with `Retry-After`, at
+	// once, touching neither Redis nor MySQL.
+	QueueMax int `env:"STOCK_QUEUE_MAX" envDefault:"2000" range:"1,1000000"`
+	// The sold-out fast path: how long after MySQL said a SKU is sold out
+	// its orders skip the queue and the lock, each answered from one read of
+	// the stock row and its key; `0` = off (in a Config built in code, 0 is
+	// 1s and a negative value is off).
+	SoldOutTTL time.Duration `env:"STOCK_SOLDOUT_TTL" envDefault:"1s" min:"1ms"`
+	// How often each instance expires reserved orders past their payment
+	// deadline and returns their units.
+	ExpiryInterval time.Duration `env:"STOCK_EXPIRY_INTERVAL" envDefault:"1s" min:"10ms" nonzero:"true"`
+	// How often the counter strategies compare each SKU's Redis counter with
+	// MySQL's row (a counter that disagrees two rounds running is repaired).
+	CounterReconcile time.Duration `env:"STOCK_COUNTER_RECONCILE" envDefault:"5s" min:"10ms" nonzero:"true"`
+
 	// VersionRetries bounds the new transactions after a version conflict
 	// (default 3 under the lock, 20 for the lock-free version strategy).
 	VersionRetries int
-	// BatchMax is the most orders of one SKU that lock+version places in one
-	// transaction under one lock (request combining); <= 1 turns it off.
-	BatchMax int
-	// QueueMax caps the orders of one SKU in progress at this instance
-	// under the locking strategies (pre-check, queue, batch); past it an order
-	// is answered ErrBusy at once, touching neither Redis nor MySQL (default 2000).
-	QueueMax int
-	// SoldOutTTL is how long, once MySQL said a SKU is sold out, its orders
-	// skip the queue and the lock and are answered from one read of the
-	// stock row and their key (the sold-out fast path, soldout.go); default
-	// 1s, < 0 turns the fast path off.
-	SoldOutTTL time.Duration
 	// Events, when set, tells the other instances of every stock change
 	// (SetStock publishes after the write); the wiring hands the changes it
 	// receives to StockChanged, which ends their sold-out entry at once.
@@ -60,6 +80,17 @@ type Config struct {
 	// (counter.go); the others leave it nil.
 	Counter StockCounter
 }
+
+// What orders do while Redis is down (Config.OnRedisDown); "" is
+// OnRedisDownDBOnly.
+const (
+	OnRedisDownDBOnly = "db-only"
+	OnRedisDownReject = "reject"
+)
+
+// RejectOnRedisDown reports whether orders are refused (ErrUnavailable)
+// while Redis is down, rather than placed through the DB-only path.
+func (c Config) RejectOnRedisDown() bool { return c.OnRedisDown == OnRedisDownReject }
 
 // DefaultQueueMax is Config.QueueMax's default.
 const DefaultQueueMax = 2000
@@ -144,7 +175,7 @@ func withDefaults(cfg Config) Config {
 // the counter's reconcile it shares with the other parts.
 func newService(cfg Config, store Store, locks Locker, log *slog.Logger, m *metrics.Metrics, seqs *restockSeqs, counter counterTracking) *Service {
 	tr := tracer{t: cfg.Tracer}
-	redis := &redisHealth{reject: cfg.RejectOnRedisDown, log: log}
+	redis := &redisHealth{reject: cfg.RejectOnRedisDown(), log: log}
 	s := &Service{cfg: cfg, store: store, log: log, metrics: m, info: cfg.Strategy.Info(),
 		flights: flights{m: make(map[string]*flight)}, replays: replayWatch{now: time.Now}, seqs: seqs,
 		redis: redis, trace: tr, counter: counter,

@@ -91,6 +91,16 @@ func Strategies() []Strategy {
 	return out
 }
 
+// StrategyNames are the names of Strategies, in the same order: the values
+// STOCK_STRATEGY takes.
+func StrategyNames() []string {
+	out := make([]string, len(strategyTable))
+	for i, s := range strategyTable {
+		out[i] = string(s.Name)
+	}
+	return out
+}
+
 // Info returns the strategy's row of the table (the zero row if unknown).
 func (s Strategy) Info() StrategyInfo {
 	for _, x := range strategyTable {
