@@ -5,11 +5,12 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/seckill/stock/internal/testdoc"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/config.md's generated tables")
@@ -25,27 +26,7 @@ const (
 // variable with its default, the values ParseEnv accepts when it is
 // enumerated, and its field's doc comment. -update rewrites them.
 func TestConfigDoc(t *testing.T) {
-	want := configTables(t)
-	b, err := os.ReadFile(configDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	i, j := strings.Index(doc, docBegin), strings.Index(doc, docEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no generated tables between %q and %q", configDoc, docBegin, docEnd)
-	}
-	got := doc[i+len(docBegin) : j]
-	if got == want {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(configDoc, []byte(doc[:i+len(docBegin)]+want+doc[j:]), 0o644); err != nil { //nolint:gosec // G306: a document of the repository
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("%s's tables differ from app.Config; run go test ./internal/app -run TestConfigDoc -update. Want:\n%s", configDoc, want)
+	testdoc.Generated(t, configDoc, docBegin, docEnd, configTables(t), *update, "go test ./internal/app -run TestConfigDoc -update")
 }
 
 // Every enumerated variable is a field of Config, and a parse error can

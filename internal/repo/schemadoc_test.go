@@ -6,11 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/seckill/stock/internal/testdoc"
 )
 
 var updateSchema = flag.Bool("update", false, "rewrite docs/schema.md's generated tables")
@@ -131,25 +132,7 @@ func TestSchemaDoc(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	want := schemaTables(t, db)
 
-	b, err := os.ReadFile(schemaDocFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	i, j := strings.Index(doc, schemaDocBegin), strings.Index(doc, schemaDocEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no generated part between %q and %q", schemaDocFile, schemaDocBegin, schemaDocEnd)
-	}
-	if got := doc[i+len(schemaDocBegin) : j]; got == want {
-		return
-	}
-	if *updateSchema && !t.Failed() {
-		if err := os.WriteFile(schemaDocFile, []byte(doc[:i+len(schemaDocBegin)]+want+doc[j:]), 0o644); err != nil { //nolint:gosec // G306: a document of the repository
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("%s differs from the migrated schema; run go test ./internal/repo -run TestSchemaDoc -update. Want:\n%s", schemaDocFile, want)
+	testdoc.Generated(t, schemaDocFile, schemaDocBegin, schemaDocEnd, want, *updateSchema, "go test ./internal/repo -run TestSchemaDoc -update")
 }
 
 // column is a row of information_schema.COLUMNS.

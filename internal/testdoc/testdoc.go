@@ -51,3 +51,30 @@ func ShowsExample(t testing.TB, readme, file, name string) {
 		t.Fatalf("%s does not show %s of %s; paste this:\n%s", readme, name, file, want)
 	}
 }
+
+// Generated fails t unless the part of the file doc between the lines
+// begin and end (each with its newline) is want; with update set it
+// rewrites that part instead (when t has not failed). rerun is the command
+// the failure tells the reader to run.
+func Generated(t testing.TB, doc, begin, end, want string, update bool, rerun string) {
+	t.Helper()
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	i, j := strings.Index(text, begin), strings.Index(text, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no generated part between %q and %q", doc, begin, end)
+	}
+	if text[i+len(begin):j] == want {
+		return
+	}
+	if update && !t.Failed() {
+		if err := os.WriteFile(doc, []byte(text[:i+len(begin)]+want+text[j:]), 0o644); err != nil { //nolint:gosec // G306: a document of the repository
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s is stale; run %s. Want:\n%s", doc, rerun, want)
+}
