@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/stock/internal/lockhistory"
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
@@ -23,6 +22,7 @@ import (
 	"github.com/seckill/stock/internal/skulock/redlock"
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/loadtest/driver"
+	"github.com/seckill/stock/loadtest/lockhistory"
 	"github.com/seckill/stock/loadtest/report"
 )
 
@@ -324,7 +324,7 @@ func writeHistories(t *testing.T, path string, all []histResult) {
 	t.Helper()
 	ctx := context.Background()
 	var b strings.Builder
-	b.WriteString("Jepsen's lock workload on each gate, checked with porcupine (internal/lockhistory): " +
+	b.WriteString("Jepsen's lock workload on each gate, checked with porcupine (loadtest/lockhistory): " +
 		fmt.Sprintf("%d clients in one process, each on a Locker of its own, take the lock, read a register (a MySQL row), wait, write the value + 1 and release; ", histClients) +
 		"client 0's third critical section meets the fault between its read and its write, and writes without looking at its hold. " +
 		"A history is linearizable when the critical sections can be ordered inside their intervals with each one reading what the previous one wrote. " +

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckill/stock/internal/lockhistory"
+	"github.com/seckill/stock/loadtest/lockhistory"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
