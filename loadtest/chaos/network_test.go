@@ -29,7 +29,7 @@ import (
 func redisCutFromHolder(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
 	lease := size(300*time.Millisecond, time.Second)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances,
+	r := newRig(t, rigConfig{strategy: "lock+version", place: []placement{allInNetNS()},
 		env: map[string]string{"STOCK_LOCK_WATCHDOG": lease.String(), "STOCK_TEST_CRITICAL_DELAY": (lease * 3 / 2).String(), "STOCK_REDIS_TIMEOUT": (lease / 2).String()}})
 	stock := size[int64](100, 400)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
@@ -60,7 +60,7 @@ func redisCutFromHolder(t *testing.T, row *Row) {
 // order. The link is restored after 4s.
 func mysqlReplyLost(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances, mysqlParams: "&readTimeout=2s",
+	r := newRig(t, rigConfig{strategy: "lock+version", place: []placement{allInNetNS()}, mysqlParams: "&readTimeout=2s",
 		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "40ms"}})
 	stock := size[int64](300, 1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10,
@@ -87,7 +87,7 @@ func mysqlReplyLost(t *testing.T, row *Row) {
 // beside a clean link in the same run (one SKU each).
 func slowLinks(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 5*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances})
+	r := newRig(t, rigConfig{strategy: "lock+version", place: []placement{allInNetNS()}})
 	stock := size[int64](300, 1000)
 	type phase struct {
 		name string
@@ -120,7 +120,7 @@ func slowLinks(t *testing.T, row *Row) {
 // connections. The sale stays exact, and goes on once the links are clean.
 func brokenReplies(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", netns: allInstances, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
+	r := newRig(t, rigConfig{strategy: "lock+version", place: []placement{allInNetNS()}, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
 	stock := size[int64](300, 1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
@@ -146,9 +146,6 @@ func brokenReplies(t *testing.T, row *Row) {
 	r.requireSafe(res, true)
 }
 
-// allInstances puts every instance of a rig in a namespace of its own.
-var allInstances = []int{0, 1, 2}
-
 // N5. The etcd leader is partitioned from the other two members, together
 // with instance 0 (member 0 runs in instance 0's namespace and was made the
 // leader): the two others elect a new leader, and the holds of the old side
@@ -163,7 +160,7 @@ func etcdLeaderPartitioned(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, etcd"
 	ctx := ctxFor(t, 3*time.Minute)
 	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateEtcd, env: etcdEnv,
-		netns: []int{0}, etcdBesideInstance0: true})
+		place: []placement{inNetNS(0), etcdBesideInstance0()}})
 	r.etcd.MakeLeader(r.etcd.Members[0])
 	stock := size[int64](1000, 2000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 4, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
@@ -203,7 +200,7 @@ func etcdLeaderPartitioned(t *testing.T, row *Row) {
 func redlockPartitionAndJump(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, redlock"
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateRedlock, redlockProxied: true,
+	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateRedlock, place: []placement{redlockProxied()},
 		// A 2s lease: the key instance 1 could not release on master 0 when
 		// the cut began is gone soon, as the jump needs.
 		env: map[string]string{"STOCK_LOCK_WATCHDOG": "2s", "STOCK_TEST_CRITICAL_DELAY": "200ms", "STOCK_REDLOCK_NODE_TIMEOUT": "200ms"}})
@@ -266,7 +263,7 @@ func sentinelPartition(t *testing.T, row *Row) {
 	link := ns.Link()
 	master := testserver.StartRedisOn(t, link.Peer, ns.Prefix())
 	s := testserver.StartSentinelOn(t, master, link.Host)
-	r := newRig(t, rigConfig{strategy: "lock+version", redisAddr: strings.Join(s.Sentinels, ","), netns: []int{0}, ns0: ns, redisDirect: true,
+	r := newRig(t, rigConfig{strategy: "lock+version", redisAddr: strings.Join(s.Sentinels, ","), place: []placement{inNetNS(0), instance0In(ns), redisDirect()},
 		env: map[string]string{"STOCK_REDIS_MASTER": s.Name, "STOCK_LOCK_WATCHDOG": "2s", "STOCK_TEST_CRITICAL_DELAY": "20ms"}})
 	r.rdb = master.Client(t)
 	stock := size[int64](600, 1500)

@@ -66,30 +66,11 @@ type rigConfig struct {
 	// redlock the rig starts three masters of its own, for etcd a cluster
 	// of three members.
 	backend string
-	// netns puts the instances of these indexes each in a network
-	// namespace of its own, joined to the host by three veth links (HTTP,
-	// MySQL, Redis); MySQL and Redis are reached through a toxiproxy on the
-	// host end of their link, so a row can cut a link (a partition) or
-	// slow or break it (toxics).
-	netns []int
-	// etcdBesideInstance0: member 0 of the etcd cluster runs in instance
-	// 0's namespace (netns must hold 0), the other two on the host end of
-	// a link of its own: cutting r.etcdLink isolates member 0 and instance
-	// 0 together.
-	etcdBesideInstance0 bool
-	// ns0, if set, is instance 0's namespace, made by the row (netns must
-	// hold 0): a row that puts servers beside the instance.
-	ns0 *testserver.NetNS
-	// redisDirect: the namespaced instances reach rc.redisAddr as it is
-	// (addresses the row made reachable from their namespaces), not
-	// through a proxy link.
-	redisDirect bool
-	// redlockProxied: every instance reaches each Redlock master through a
-	// toxiproxy of its own (r.masterPx[instance][master]), so one
-	// instance's link to one master can be cut.
-	redlockProxied bool
 	// mysqlParams are extra DSN parameters of the instances.
 	mysqlParams string
+	// place puts instances or servers elsewhere than the host's loopback
+	// (placement_test.go); newRig checks each one's rule first.
+	place []placement
 }
 
 // instNet is one instance's namespace, links and proxies (netns rigs).
@@ -112,10 +93,10 @@ type rig struct {
 	// outside one).
 	net []*instNet
 	// etcdLink joins member 0 of the etcd cluster to the others
-	// (etcdBesideInstance0).
+	// (placement etcdBesideInstance0).
 	etcdLink *testserver.Link
 	// masterPx are the instances' proxies to the Redlock masters
-	// (redlockProxied).
+	// (placement redlockProxied).
 	masterPx [][]*testserver.Proxy
 	rdb      redis.UniversalClient // the Redis the locks live on (the master, with Sentinels)
 	dsn      string
@@ -130,6 +111,10 @@ type rig struct {
 
 func newRig(t *testing.T, rc rigConfig) *rig {
 	t.Helper()
+	at, err := rc.layout()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	r := &rig{t: t, token: fleet.Secret(), sku: "chaos-" + driver.NewRunID()}
 	addr := rc.redisAddr
@@ -154,7 +139,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	db.SetMaxOpenConns(2)
 	t.Cleanup(func() { _ = db.Close() })
 	r.db = db
-	r.namespaces(rc, addr)
+	r.namespaces(at, addr)
 	env := rc.env
 	if rc.backend != "" {
 		env = map[string]string{"STOCK_LOCK_BACKEND": rc.backend}
@@ -171,16 +156,16 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 			env["STOCK_REDLOCK_ADDRS"] = strings.Join(addrs, ",")
 		}
 		if rc.backend == skulock.GateEtcd {
-			r.startEtcd(rc)
+			r.startEtcd(at)
 			env["STOCK_ETCD_ENDPOINTS"] = strings.Join(r.etcd.Endpoints(), ",")
 		}
 	}
 	fc := fleet.Config{
-		Bin: bin, N: 3, DSN: r.dsn + rc.mysqlParams, RedisAddr: addr, AdminToken: r.token, Strategy: rc.strategy,
+		Bin: bin, N: instances, DSN: r.dsn + rc.mysqlParams, RedisAddr: addr, AdminToken: r.token, Strategy: rc.strategy,
 		LogDir: t.TempDir(), Name: "stock", Env: env,
 	}
 	r.placeInstances(&fc, rc.mysqlParams)
-	if rc.redlockProxied {
+	if at.redlockProxied {
 		r.proxyMasters(&fc)
 	}
 	f, err := fleet.Start(ctx, fc)
@@ -193,26 +178,26 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 }
 
 // namespaces makes the namespace, links and proxies of each instance
-// index in which (skipping the test where namespaces cannot be made: not
-// root).
-func (r *rig) namespaces(rc rigConfig, redisAddr string) {
+// index in at.netns (skipping the test where namespaces cannot be made:
+// not root).
+func (r *rig) namespaces(at layout, redisAddr string) {
 	r.t.Helper()
-	which := rc.netns
+	which := at.netns
 	if len(which) == 0 {
 		return
 	}
 	if !testserver.NetNSAvailable() {
 		r.t.Skip("network namespaces need root and the ip tool")
 	}
-	r.net = make([]*instNet, 3)
+	r.net = make([]*instNet, instances)
 	for _, i := range which {
-		n := &instNet{ns: rc.ns0}
+		n := &instNet{ns: at.ns0}
 		if i != 0 || n.ns == nil {
 			n.ns = testserver.NewNetNS(r.t)
 		}
 		n.http, n.mysql = n.ns.Link(), n.ns.Link()
 		n.mysqlPx = testserver.StartProxyOn(r.t, n.mysql.Host, sharedMySQLAddr)
-		if !rc.redisDirect {
+		if !at.redisDirect {
 			n.rds = n.ns.Link()
 			n.redisPx = testserver.StartProxyOn(r.t, n.rds.Host, redisAddr)
 		}
@@ -268,10 +253,10 @@ func (r *rig) proxyMasters(fc *fleet.Config) {
 }
 
 // startEtcd starts the rig's three-member cluster: on loopback, or with
-// member 0 in instance 0's namespace (rc.etcdBesideInstance0).
-func (r *rig) startEtcd(rc rigConfig) {
+// member 0 in instance 0's namespace (placement etcdBesideInstance0).
+func (r *rig) startEtcd(at layout) {
 	r.t.Helper()
-	if !rc.etcdBesideInstance0 {
+	if !at.etcdBeside0 {
 		r.etcd = testserver.StartEtcd(r.t, 3)
 		return
 	}
