@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,15 +19,26 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/skulock"
 	"github.com/seckill/stock/internal/testserver"
 	"github.com/seckill/stock/migrations"
 )
 
-func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
+// apiClient is a client of the server at url with token (an admin or a
+// buyer's), whose requests give up after 20s.
+func apiClient(t testing.TB, url, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(url, client.WithToken(token), client.WithHTTPClient(&http.Client{Timeout: 20 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
-// get sends a GET of url, bound to the test's context.
+// get sends a GET of url, bound to the test's context (for the tests of
+// raw HTTP).
 func get(t testing.TB, url string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
@@ -118,13 +128,8 @@ func TestMigrateIsIdempotentAndServeRefusesUnmigrated(t *testing.T) {
 		}
 	}
 	url, stop := started(t, vars)
-	resp, err := get(t, url+"/readyz")
-	if err != nil {
-		t.Fatalf("readyz after migrate: %v", err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("readyz after migrate = %d; want 200", resp.StatusCode)
+	if err := apiClient(t, url, "").Readyz(t.Context()); err != nil {
+		t.Fatalf("readyz after migrate: %v; want ready", err)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("run after stop = %v; want nil", err)
@@ -170,16 +175,9 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	}
 	url, stop := started(t, vars)
 	sku := fmt.Sprintf("GS-%d", time.Now().UnixNano())
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url+"/v1/admin/stock/"+sku, strings.NewReader(`{"available":1000}`))
-	req.Header.Set("Authorization", "Bearer "+testAdminToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	admin := apiClient(t, url, testAdminToken)
+	if _, err := admin.SetStock(t.Context(), sku, client.StockSetting{Available: 1000}); err != nil {
 		t.Fatalf("set stock: %v", err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("set stock = %d; want 200", resp.StatusCode)
 	}
 
 	type ack struct {
@@ -189,31 +187,23 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var acks []ack
 	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 20 * time.Second}
+	buyer := admin.As(testToken(t, "buyer-1"))
 	for i := 0; i < 40; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := 0; ; j++ {
 				key := fmt.Sprintf("g%d-%d", i, j)
-				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/orders", strings.NewReader(fmt.Sprintf(`{"sku":%q,"quantity":1}`, sku)))
-				req.Header.Set("Authorization", "Bearer "+testToken(t, "buyer-1"))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Idempotency-Key", key)
-				resp, err := client.Do(req)
-				if err != nil {
-					return // the server stopped accepting
-				}
-				var o struct {
-					ID int64 `json:"id"`
-				}
-				if resp.StatusCode == http.StatusCreated {
-					_ = decodeJSON(resp.Body, &o)
+				o, err := buyer.Place(t.Context(), key, sku, 1)
+				var p *client.Problem
+				switch {
+				case err == nil && !o.Replayed:
 					mu.Lock()
 					acks = append(acks, ack{key, o.ID})
 					mu.Unlock()
+				case err != nil && !errors.As(err, &p):
+					return // the server stopped accepting
 				}
-				_ = resp.Body.Close()
 			}
 		}()
 	}
@@ -314,13 +304,8 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	}
 	// Meanwhile a normal client is served.
 	time.Sleep(100 * time.Millisecond)
-	resp, err := get(t, url+"/healthz")
-	if err != nil {
-		t.Fatalf("normal request during 20 slow clients: %v", err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("normal request during 20 slow clients = %d; want 200", resp.StatusCode)
+	if err := apiClient(t, url, "").Healthz(t.Context()); err != nil {
+		t.Fatalf("normal request during 20 slow clients: %v; want 200", err)
 	}
 	wg.Wait()
 	close(errs)

@@ -2,23 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/seckill/stock/internal/apptest"
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/testserver"
 )
-
-// do sends one request with a bearer token and returns its status.
-func do(t *testing.T, method, url, token, key, body string) int {
-	t.Helper()
-	h := map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json", "Idempotency-Key": key}
-	return apptest.Do(t, method, url, h, body).Status
-}
 
 // Two instances answer a sold-out SKU from memory; a restock through one
 // reaches the other by its Redis message, not by the sold-out TTL (1h here).
@@ -32,41 +27,40 @@ func TestRestockReachesTheOtherInstance(t *testing.T) {
 	a, _ := started(t, vars)
 	b, _ := started(t, vars)
 	sku := "SO-" + uuid.NewString()[:8]
+	ca, cb := apiClient(t, a, testAdminToken), apiClient(t, b, testAdminToken)
 	buyer := testToken(t, "buyer-1")
-	order := func(url, key string) int {
-		return do(t, "POST", url+"/v1/orders", buyer, key, fmt.Sprintf(`{"sku":%q,"quantity":1}`, sku))
-	}
-	restock := func(url string, n int) {
-		if s := do(t, "PUT", url+"/v1/admin/stock/"+sku, testAdminToken, "", fmt.Sprintf(`{"available":%d}`, n)); s != 200 {
-			t.Fatalf("restock: %d", s)
+	restock := func(n int64) {
+		if _, err := ca.SetStock(t.Context(), sku, client.StockSetting{Available: n}); err != nil {
+			t.Fatalf("restock: %v", err)
 		}
 	}
-	restock(a, 1)
-	if s := order(b, "k0"); s != 201 {
-		t.Fatalf("order with stock left = %d", s)
+	restock(1)
+	if o, err := cb.As(buyer).Place(t.Context(), "k0", sku, 1); err != nil || o.Replayed {
+		t.Fatalf("order with stock left = %+v, %v; want a new order", o, err)
 	}
-	for i, url := range []string{a, b, a, b} {
-		if s := order(url, fmt.Sprintf("late-%d", i)); s != 409 {
-			t.Fatalf("order after the sell-out = %d; want 409", s)
+	for i, c := range []*client.Client{ca, cb, ca, cb} {
+		if _, err := c.As(buyer).Place(t.Context(), fmt.Sprintf("late-%d", i), sku, 1); !client.IsKind(err, client.KindSoldOut) {
+			t.Fatalf("order after the sell-out: %v; want %s", err, client.KindSoldOut)
 		}
 	}
-	restock(a, 1)
+	restock(1)
 	start := time.Now()
 	for i := 0; ; i++ {
-		s := order(b, fmt.Sprintf("after-%d", i))
-		if s == 201 {
+		_, err := cb.As(buyer).Place(t.Context(), fmt.Sprintf("after-%d", i), sku, 1)
+		if err == nil {
 			break
 		}
-		// 409 until b hears of the restock; 429 (retry with the same key)
-		// for an order that reached b before it learnt the new restock
-		// sequence, as the README promises.
-		if s != 409 && s != 429 || time.Since(start) > 5*time.Second {
-			t.Fatalf("order at b after a restock at a = %d after %v; want 201 once the restock message arrives (TTL 1h)", s, time.Since(start))
+		// Sold out until b hears of the restock; a temporary refusal (429,
+		// retry with the same key) for an order that reached b before it
+		// learnt the new restock sequence, as the README promises.
+		var p *client.Problem
+		if !errors.As(err, &p) || p.Kind() != client.KindSoldOut && p.Status != http.StatusTooManyRequests || time.Since(start) > 5*time.Second {
+			t.Fatalf("order at b after a restock at a: %v after %v; want a new order once the restock message arrives (TTL 1h)", err, time.Since(start))
 		}
 		time.Sleep(time.Millisecond)
 	}
 	t.Logf("restock at a seen at b after %v (%s)", time.Since(start), "its message; the TTL is 1h")
-	if s := order(b, "k0"); s != 200 {
-		t.Fatalf("replay after the restock = %d; want 200", s)
+	if o, err := cb.As(buyer).Place(t.Context(), "k0", sku, 1); err != nil || !o.Replayed {
+		t.Fatalf("replay after the restock = %+v, %v; want the first order replayed", o, err)
 	}
 }

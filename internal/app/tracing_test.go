@@ -3,8 +3,8 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,6 +21,7 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/testlog"
@@ -71,32 +72,55 @@ func newServer(t *testing.T, tp trace.TracerProvider, trust ...string) (*apptest
 	return apptest.StartLogged(t, cfg, app.NewLogger(cfg.Telemetry, logs), opts...), logs
 }
 
-// send makes a request and returns its status.
-func send(t *testing.T, method, url, body string, header map[string]string) int {
+// api is a client of srv with token that sends traceparent ("" sends none)
+// with every request, as an instrumented caller's transport would.
+func api(t *testing.T, srv *apptest.Server, token, traceparent string) *client.Client {
 	t.Helper()
-	h := map[string]string{"Content-Type": "application/json"}
-	maps.Copy(h, header)
-	return apptest.Do(t, method, url, h, body).Status
+	hc := &http.Client{Timeout: time.Minute}
+	if traceparent != "" {
+		hc.Transport = withTraceparent(traceparent)
+	}
+	c, err := client.New(srv.URL, client.WithToken(token), client.WithHTTPClient(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// withTraceparent is a transport that sets its traceparent on every request.
+type withTraceparent string
+
+func (tp withTraceparent) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("traceparent", string(tp))
+	return http.DefaultTransport.RoundTrip(req)
 }
 
 func setStock(t *testing.T, srv *apptest.Server, sku string, n int) {
 	t.Helper()
-	if st := send(t, "PUT", srv.URL+"/v1/admin/stock/"+sku, `{"available":`+itoa(n)+`}`,
-		map[string]string{"Authorization": "Bearer " + apptest.AdminToken}); st != 200 {
-		t.Fatalf("PUT stock %s = %d; want 200", sku, st)
+	if _, err := api(t, srv, apptest.AdminToken, "").SetStock(t.Context(), sku, client.StockSetting{Available: int64(n)}); err != nil {
+		t.Fatalf("SetStock(%q, %d): %v", sku, n, err)
 	}
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-// order places an order of buyer; traceparent "" sends none.
+// order places an order of buyer and returns the answer's status (0: none
+// came, a test error); traceparent "" sends none.
 func order(t *testing.T, srv *apptest.Server, buyer, key, sku string, q int, traceparent string) int {
 	t.Helper()
-	h := map[string]string{"Authorization": "Bearer " + apptest.Token(t, buyer), "Idempotency-Key": key}
-	if traceparent != "" {
-		h["traceparent"] = traceparent
+	o, err := api(t, srv, apptest.Token(t, buyer), traceparent).Place(t.Context(), key, sku, q)
+	var p *client.Problem
+	switch {
+	case err == nil && o.Replayed:
+		return http.StatusOK
+	case err == nil:
+		return http.StatusCreated
+	case errors.As(err, &p):
+		return p.Status
 	}
-	return send(t, "POST", srv.URL+"/v1/orders", `{"sku":"`+sku+`","quantity":`+itoa(q)+`}`, h)
+	t.Errorf("order %s of %s: %v", key, sku, err)
+	return 0
 }
 
 // traceSpans waits until the trace of id has n ended spans and returns them.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/app"
 	"github.com/seckill/stock/internal/apptest"
 	"github.com/seckill/stock/internal/handler"
@@ -96,6 +97,9 @@ type instance struct {
 	metrics *metrics.Metrics
 	reg     *prometheus.Registry
 	svc     *service.Service
+	// admin calls the instance with the admin token, for the tests'
+	// set-up and checks (the answers under test go through do).
+	admin *client.Client
 }
 
 func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
@@ -144,7 +148,11 @@ func newInstance(t testing.TB, d *db, o instanceOpts) *instance {
 	}
 	// Every request and answer is checked against the OpenAPI document.
 	srv := apptest.StartWrapped(t, cfg, func(h http.Handler) http.Handler { return checkSpec(t, h) }, opts...)
-	return &instance{url: srv.URL, metrics: srv.Metrics, reg: srv.Registry, svc: srv.Parts.Service}
+	admin, err := client.New(srv.URL, client.WithToken(adminToken), client.WithHTTPClient(httpClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &instance{url: srv.URL, metrics: srv.Metrics, reg: srv.Registry, svc: srv.Parts.Service, admin: admin}
 }
 
 // httpClient's timeout only keeps a hung server from hanging the test: the
@@ -204,20 +212,17 @@ func (in *instance) order(t testing.TB, key, sku string, qty int) reply {
 
 func (in *instance) setStock(t testing.TB, sku string, n int) {
 	t.Helper()
-	r := do(t, "PUT", in.url+"/v1/admin/stock/"+sku, jsonHeader("Authorization", "Bearer "+adminToken), fmt.Sprintf(`{"available":%d}`, n))
-	if r.status != http.StatusOK {
-		t.Fatalf("PUT stock %s = %d %s", sku, r.status, r.body)
+	if _, err := in.admin.SetStock(t.Context(), sku, client.StockSetting{Available: int64(n)}); err != nil {
+		t.Fatalf("SetStock(%q, %d): %v", sku, n, err)
 	}
 }
 
-func (in *instance) audit(t testing.TB, sku string) service.Audit {
+func (in *instance) audit(t testing.TB, sku string) client.Audit {
 	t.Helper()
-	r := do(t, "GET", in.url+"/v1/admin/stock/"+sku+"/audit", map[string]string{"Authorization": "Bearer " + adminToken}, "")
-	if r.status != http.StatusOK {
-		t.Fatalf("audit %s = %d %s", sku, r.status, r.body)
+	a, err := in.admin.Audit(t.Context(), sku)
+	if err != nil {
+		t.Fatalf("Audit(%q): %v", sku, err)
 	}
-	var a service.Audit
-	r.json(t, &a)
 	return a
 }
 

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/loadtest/fleet"
 )
@@ -177,20 +178,12 @@ func flood(t *testing.T, row *Row) {
 // putStock sets the rig's SKU to available units through the admin API.
 func (r *rig) putStock(ctx context.Context, available int64) {
 	r.t.Helper()
-	body := strings.NewReader(fmt.Sprintf(`{"available":%d}`, available))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, r.fleet.URLs()[0]+"/v1/admin/stock/"+url.PathEscape(r.sku), body)
+	admin, err := client.New(r.fleet.URLs()[0], client.WithToken(r.token))
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+r.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		r.t.Fatalf("PUT stock: %s", resp.Status)
+	if _, err := admin.SetStock(ctx, r.sku, client.StockSetting{Available: available}); err != nil {
+		r.t.Fatalf("SetStock(%q, %d): %v", r.sku, available, err)
 	}
 }
 

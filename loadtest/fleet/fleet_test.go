@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"runtime"
@@ -11,22 +12,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/testserver"
 )
 
-// get answers the status of GET url, or 0 when nothing answered in time.
-func get(ctx context.Context, url string, timeout time.Duration) int {
-	c := http.Client{Timeout: timeout}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// healthz answers the status of the instance's /healthz, or 0 when nothing
+// answered in time.
+func healthz(ctx context.Context, in *Instance, timeout time.Duration) int {
+	c, err := client.New(in.URL, client.WithHTTPClient(&http.Client{Timeout: timeout}))
 	if err != nil {
 		return 0
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0
+	err = c.Healthz(ctx)
+	var p *client.Problem
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.As(err, &p):
+		return p.Status
 	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	return 0
 }
 
 // TestInstanceLifecycle drives one real instance through what the fault
@@ -50,8 +55,8 @@ func TestInstanceLifecycle(t *testing.T) {
 	}
 	t.Cleanup(func() { f.Stop() })
 	in := f.Instances[0]
-	health := in.URL + "/healthz"
-	if got := get(ctx, health, 5*time.Second); got != http.StatusOK {
+	health := in.URL + "/healthz" // for the messages
+	if got := healthz(ctx, in, 5*time.Second); got != http.StatusOK {
 		t.Fatalf("GET %s = %d; want 200", health, got)
 	}
 	if err := in.Signal(syscall.SIGSTOP); err != nil {
@@ -64,13 +69,13 @@ func TestInstanceLifecycle(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := get(ctx, health, 300*time.Millisecond); got != 0 {
+	if got := healthz(ctx, in, 300*time.Millisecond); got != 0 {
 		t.Errorf("GET %s of a paused instance = %d; want no answer", health, got)
 	}
 	if err := in.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(ctx, health, 5*time.Second); got != http.StatusOK {
+	if got := healthz(ctx, in, 5*time.Second); got != http.StatusOK {
 		t.Errorf("GET %s after SIGCONT = %d; want 200", health, got)
 	}
 	if code := in.ExitCode(); code != -2 {
@@ -87,7 +92,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	if in.URL != url {
 		t.Errorf("Restart moved the instance from %s to %s", url, in.URL)
 	}
-	if got := get(ctx, health, 5*time.Second); got != http.StatusOK {
+	if got := healthz(ctx, in, 5*time.Second); got != http.StatusOK {
 		t.Errorf("GET %s after Restart = %d; want 200", health, got)
 	}
 	if rss := in.PeakRSS(); rss <= 0 && runtime.GOOS == "linux" {
