@@ -15,7 +15,7 @@ import (
 // one tab of indentation removed, as a README shows it.
 func ExampleBody(t testing.TB, file, name string) string {
 	t.Helper()
-	src, err := os.ReadFile(file)
+	src, err := os.ReadFile(file) //nolint:gosec // G304: a file of the repository, named by its test
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func ExampleBody(t testing.TB, file, name string) string {
 // the function name of file as a Go code block.
 func ShowsExample(t testing.TB, readme, file, name string) {
 	t.Helper()
-	doc, err := os.ReadFile(readme)
+	doc, err := os.ReadFile(readme) //nolint:gosec // G304: a file of the repository, named by its test
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func ShowsExample(t testing.TB, readme, file, name string) {
 // the failure tells the reader to run.
 func Generated(t testing.TB, doc, begin, end, want string, update bool, rerun string) {
 	t.Helper()
-	b, err := os.ReadFile(doc)
+	b, err := os.ReadFile(doc) //nolint:gosec // G304: a file of the repository, named by its test
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func Generated(t testing.TB, doc, begin, end, want string, update bool, rerun st
 		return
 	}
 	if update && !t.Failed() {
-		if err := os.WriteFile(doc, []byte(text[:i+len(begin)]+want+text[j:]), 0o644); err != nil { //nolint:gosec // G306: a document of the repository
+		if err := os.WriteFile(doc, []byte(text[:i+len(begin)]+want+text[j:]), 0o644); err != nil { //nolint:gosec // G306, G304: a document of the repository, named by its test
 			t.Fatal(err)
 		}
 		return
