@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/seckill/stock/client"
 )
 
 // The machine's MariaDB (a DSN without a database) and Redis, as the
@@ -205,8 +207,16 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 	}
 
 	sku := "composecheck-1"
-	call(ctx, t, http.MethodPut, base+"/v1/admin/stock/"+sku, admin, "", `{"available":5}`, http.StatusOK)
-	call(ctx, t, http.MethodPost, base+"/v1/orders", strings.TrimSpace(string(tok)), "order-1", `{"sku":"`+sku+`","quantity":1}`, http.StatusCreated)
+	api, err := client.New(base, client.WithToken(admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.SetStock(ctx, sku, client.StockSetting{Available: 5}); err != nil {
+		t.Fatalf("set the stock: %v", err)
+	}
+	if o, err := api.As(strings.TrimSpace(string(tok))).Place(ctx, "order-1", sku, 1); err != nil || o.Replayed {
+		t.Fatalf("place an order: %+v, %v", o, err)
+	}
 
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -267,26 +277,4 @@ func stockCmd(ctx context.Context, bin string, env map[string]string, args ...st
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	return cmd
-}
-
-func call(ctx context.Context, t *testing.T, method, url, bearer, key, body string, want int) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+bearer)
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		t.Fatalf("%s %s = %d %s; want %d", method, url, resp.StatusCode, b, want)
-	}
 }
