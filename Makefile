@@ -125,11 +125,11 @@ DEMO_QUANTITY ?= 1
 DEMO_TP_STOCK ?= 1000000
 DEMO_TP_BUYERS ?= 20000
 DEMO_TP_CONCURRENCY ?= $(DEMO_CONCURRENCY)
-DEMO_BACKENDS ?= all
+DEMO_GATES ?= all
 DEMO_FLAGS ?=
 demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK) -buyers $(DEMO_BUYERS) \
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
-	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -backends '$(DEMO_BACKENDS)' -out loadtest/report $(DEMO_FLAGS)
+	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -gates '$(DEMO_GATES)' -out loadtest/report $(DEMO_FLAGS)
 demo: build ## the ceiling, then every strategy on three instances (sell-out proof, throughput, lifecycle), then the gates
 	$(GO) run ./cmd/demo $(demo_args) -phases ceiling,sellout,throughput,lifecycle,gates -results docs/results/demo.md -gates-doc docs/results/gates.md -target demo
 
@@ -139,7 +139,7 @@ demo-lifecycle: build ## every strategy under a payment window: reserve, pay, ca
 demo-throughput: build ## the ceiling and the throughput run only
 	$(GO) run ./cmd/demo $(demo_args) -phases ceiling,throughput -results docs/results/demo-throughput.md -target demo-throughput
 
-demo-gates: build ## each STOCK_LOCK_BACKEND (DEMO_BACKENDS) with the backstop, then without it under a pause; docs/results/gates.md
+demo-gates: build ## each STOCK_LOCK_BACKEND (DEMO_GATES) with the backstop, then without it under a pause; docs/results/gates.md
 	$(GO) run ./cmd/demo $(demo_args) -phases gates -gates-doc docs/results/gates.md -target demo-gates
 
 demo-wrk: build ## /healthz and lock+version orders on one hot SKU under wrk; checks the sale in MySQL; docs/results/wrk.md

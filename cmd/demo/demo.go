@@ -101,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // phaseFlags are the flags that choosePhases turns into o's phases.
 type phaseFlags struct {
-	strats, phases, backends *string
+	strats, phases, gateList *string
 	tpRateLimit              *bool
 	gates                    gatesOpts
 	ceil                     ceilingOpts
@@ -118,8 +118,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o          options
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
 		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk")
-		backends   = fs.String("backends", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Gates(), ","))
-		pf         = phaseFlags{strats: strats, phases: phases, backends: backends, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
+		gateList   = fs.String("gates", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Gates(), ","))
+		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
 		quiet      = fs.Bool("q", false, "no progress lines")
 		defaultOut = filepath.Join("loadtest", "report")
 	)
@@ -231,13 +231,13 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 			}
 			o.phases = append(o.phases, *tp)
 		case "gates":
-			gates.backends = splitList(*pf.backends)
-			if *pf.backends == "all" {
-				gates.backends = skulock.Gates()
+			gates.names = splitList(*pf.gateList)
+			if *pf.gateList == "all" {
+				gates.names = skulock.Gates()
 			}
-			for _, b := range gates.backends {
+			for _, b := range gates.names {
 				if !skulock.ValidGate(b) {
-					return fmt.Errorf("-backends: unknown backend %q; want some of %s", b, strings.Join(skulock.Gates(), ","))
+					return fmt.Errorf("-gates: unknown gate %q; want some of %s", b, strings.Join(skulock.Gates(), ","))
 				}
 			}
 			o.gates = &pf.gates
@@ -406,7 +406,7 @@ func demoRun(ctx context.Context, o options, p phase, s, runID, token string, ce
 // demoGates runs and prints the gates phase, if o asks for it (nil if not),
 // and writes its document.
 func demoGates(ctx context.Context, o options, runID, token string, stdout io.Writer) ([]gateResult, error) {
-	if o.gates == nil || len(o.gates.backends) == 0 {
+	if o.gates == nil || len(o.gates.names) == 0 {
 		return nil, nil
 	}
 	gs, err := runGates(ctx, o, runID, token)

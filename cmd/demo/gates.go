@@ -20,19 +20,19 @@ import (
 	"github.com/seckill/stock/loadtest/report"
 )
 
-// gatesOpts sizes the gates phase: each lock backend (STOCK_LOCK_BACKEND)
+// gatesOpts sizes the gates phase: each lock gate (STOCK_LOCK_BACKEND)
 // on the same load and the same fault.
 type gatesOpts struct {
-	backends    []string
-	stock       int64 // the exact run: this many units for as many buyers
+	names       []string // the gates to compare
+	stock       int64    // the exact run: this many units for as many buyers
 	concurrency int
 	pauseStock  int64 // the pause run (lock strategy): units, twice as many buyers
 	doc         string
 }
 
-// gateResult is one backend's two runs and what they cost.
+// gateResult is one gate's two runs and what they cost.
 type gateResult struct {
-	backend    string
+	gate       string
 	exact      *driver.Result // lock+version: the backstop on
 	redisPer   float64        // Redis commands per order of the exact run, every server summed
 	mysqlPer   float64        // MySQL statements per order (the server's Questions: every client)
@@ -48,10 +48,10 @@ type gateStores struct {
 }
 
 // gateEnv is every instance's setting in the gates phase: no rate limit (so
-// the Redis commands counted are the lock's), the backend.
-func gateEnv(backend string, st gateStores) map[string]string {
-	env := map[string]string{"STOCK_RATE_IP": "0", "STOCK_TRUSTED_PROXIES": "127.0.0.1", "STOCK_LOCK_BACKEND": backend}
-	switch backend {
+// the Redis commands counted are the lock's), the gate.
+func gateEnv(gate string, st gateStores) map[string]string {
+	env := map[string]string{"STOCK_RATE_IP": "0", "STOCK_TRUSTED_PROXIES": "127.0.0.1", "STOCK_LOCK_BACKEND": gate}
+	switch gate {
 	case skulock.GateRedlock:
 		env["STOCK_REDLOCK_ADDRS"] = strings.Join(st.masters, ",")
 	case skulock.GateEtcd:
@@ -60,7 +60,7 @@ func gateEnv(backend string, st gateStores) map[string]string {
 	return env
 }
 
-// runGates runs, for every backend, on private redis-servers (one the
+// runGates runs, for every gate, on private redis-servers (one the
 // instances' Redis, three the Redlock masters) so their commands can be
 // counted: an exact run with the backstop on (lock+version, every buyer
 // one unit of a stock as large as the crowd: sold must equal the stock),
@@ -78,7 +78,7 @@ func runGates(ctx context.Context, o options, runID, token string) ([]gateResult
 		return nil, err
 	}
 	var out []gateResult
-	for _, b := range o.gates.backends {
+	for _, b := range o.gates.names {
 		gr, err := gs.exactRun(ctx, o, b, runID, token)
 		if err != nil {
 			return nil, err
@@ -94,7 +94,7 @@ func runGates(ctx context.Context, o options, runID, token string) ([]gateResult
 }
 
 // gateServers is the gates' private servers: redis[0] the instances'
-// Redis, redis[1:] the Redlock masters, and etcd when a backend needs it.
+// Redis, redis[1:] the Redlock masters, and etcd when a gate needs it.
 type gateServers struct {
 	redis  []*fleet.Redis
 	etcd   *fleet.Etcd
@@ -115,7 +115,7 @@ func startGateServers(ctx context.Context, o options, dir string) (*gateServers,
 	for _, s := range gs.redis[1:] {
 		gs.stores.masters = append(gs.stores.masters, s.Addr)
 	}
-	if slices.Contains(o.gates.backends, skulock.GateEtcd) {
+	if slices.Contains(o.gates.names, skulock.GateEtcd) {
 		e, err := fleet.StartEtcd(ctx, filepath.Join(dir, "etcd"))
 		if err != nil {
 			return gs, err
@@ -148,10 +148,10 @@ func (gs *gateServers) commands(ctx context.Context, logw io.Writer) int64 {
 	return n
 }
 
-// exactRun is backend b's exact run, with the backstop on, and its Redis
+// exactRun is gate b's exact run, with the backstop on, and its Redis
 // commands and MySQL statements per order.
 func (gs *gateServers) exactRun(ctx context.Context, o options, b, runID, token string) (gateResult, error) {
-	gr := gateResult{backend: b}
+	gr := gateResult{gate: b}
 	dsn, drop, err := freshDB(ctx, o, "stock_demo_gate_"+b+"_"+runID)
 	if err != nil {
 		return gr, err
@@ -197,23 +197,23 @@ func questionsOf(ctx context.Context, db *sql.DB) int64 {
 	return n
 }
 
-// pauseRun is the naive lock strategy on backend, with a 1s lease and 40ms
+// pauseRun is the naive lock strategy on gate, with a 1s lease and 40ms
 // in the critical section; once a tenth is sold, an instance is paused
 // (SIGSTOP) while its transaction holds the stock row's lock (InnoDB shows
 // the same transaction holding row locks through 200ms of the pause), for
 // 2.5s, then resumed.
-func pauseRun(ctx context.Context, o options, backend, redisAddr string, st gateStores, runID, token string) (*driver.Result, string, error) {
+func pauseRun(ctx context.Context, o options, gate, redisAddr string, st gateStores, runID, token string) (*driver.Result, string, error) {
 	g := o.gates
-	dsn, drop, err := freshDB(ctx, o, "stock_demo_gatep_"+backend+"_"+runID)
+	dsn, drop, err := freshDB(ctx, o, "stock_demo_gatep_"+gate+"_"+runID)
 	if err != nil {
 		return nil, "", err
 	}
 	defer drop()
-	env := gateEnv(backend, st)
+	env := gateEnv(gate, st)
 	env["STOCK_LOCK_WATCHDOG"] = "1s"
 	env["STOCK_TEST_CRITICAL_DELAY"] = "40ms"
 	f, err := fleet.Start(ctx, fleet.Config{Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: redisAddr, AdminToken: token,
-		Strategy: "lock", LogDir: filepath.Join(o.out, "logs"), Name: "gates-pause-" + backend, Env: env})
+		Strategy: "lock", LogDir: filepath.Join(o.out, "logs"), Name: "gates-pause-" + gate, Env: env})
 	if err != nil {
 		return nil, "", err
 	}
@@ -233,7 +233,7 @@ func pauseRun(ctx context.Context, o options, backend, redisAddr string, st gate
 		res, err := driver.Run(ctx, driver.Config{
 			URLs: f.URLs(), SKU: sku, Stock: g.pauseStock, Buyers: int(2 * g.pauseStock), Concurrency: 20, Quantity: 1,
 			AdminToken: token, JWTSecret: fleet.JWTSecret, Retries: 10, Duration: 2 * time.Minute, MySQLDSN: dsn,
-			ExpectOversell: true, Failover: true, Label: "lock/" + backend, Log: io.Discard, ClientIP: demoClientIP,
+			ExpectOversell: true, Failover: true, Label: "lock/" + gate, Log: io.Discard, ClientIP: demoClientIP,
 		})
 		done <- outcome{res, err}
 	}()
@@ -299,7 +299,7 @@ func pauseInTrx(ctx context.Context, db *sql.DB, f *fleet.Fleet, sku string) (*f
 func gatesSections(gs []gateResult, g *gatesOpts) (exact, pause report.Section) {
 	exact = report.Section{Title: fmt.Sprintf("Gates, backstop on: lock+version on each STOCK_LOCK_BACKEND, %d units for %d buyers, %d concurrent", g.stock, g.stock, g.concurrency),
 		Note: "Every run must sell exactly the stock. Redis commands per order count every server the instances use (the Redlock masters too)."}
-	pause = report.Section{Title: fmt.Sprintf("Gates, backstop off: the lock strategy on each backend, the holder paused 2.5s past its 1s lease, %d units", g.pauseStock),
+	pause = report.Section{Title: fmt.Sprintf("Gates, backstop off: the lock strategy on each gate, the holder paused 2.5s past its 1s lease, %d units", g.pauseStock),
 		Note: "No backstop: a holder resumed after its lease has expired writes a stale value. The oversell is the finding, not a failure.", SafetyOnly: true}
 	for _, r := range gs {
 		exact.Runs = append(exact.Runs, r.exact)
@@ -311,10 +311,10 @@ func gatesSections(gs []gateResult, g *gatesOpts) (exact, pause report.Section) 
 // writeGatesTable prints the comparison.
 func writeGatesTable(w io.Writer, gs []gateResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(tw, "backend\texact run\tsold/stock\torders/s\tp50 ms\tp99 ms\tlock wait ms\tRedis cmds/order\tMySQL stmts/order\tno backstop, paused: oversold\tlost upd\t")
+	_, _ = fmt.Fprintln(tw, "gate\texact run\tsold/stock\torders/s\tp50 ms\tp99 ms\tlock wait ms\tRedis cmds/order\tMySQL stmts/order\tno backstop, paused: oversold\tlost upd\t")
 	for _, r := range gs {
 		e, p := r.exact, r.pause
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%d\t%d\t\n", r.backend, e.Verdict(), e.Sold, e.Stock,
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%d\t%d\t\n", r.gate, e.Verdict(), e.Sold, e.Stock,
 			e.OrdersPerSec, e.Latency.P50, e.Latency.P99, msOrDash(e.Metrics.Sum.LockWaitMean(), e.Metrics.Sum.LockWaits),
 			r.redisPer, r.mysqlPer, p.Oversold, p.LostUpdates)
 	}
@@ -340,11 +340,11 @@ func writeGatesDoc(ctx context.Context, path string, o options, gs []gateResult)
 		"every run must sell exactly the stock. Redis commands are counted on every server the instances use (one Redis; for redlock also its three masters), "+
 		"the rate limit off. **Backstop off**: the `lock` strategy (plain write, `STOCK_ALLOW_UNSAFE`), lease 1s, 40ms in the critical section, %d units for %d buyers; "+
 		"a holder is SIGSTOPped 2.5s inside its transaction, then resumed.\n\n", o.instances, g.stock, g.stock, g.concurrency, g.pauseStock, 2*g.pauseStock)
-	b.WriteString("| backend | backstop on | sold / stock | orders/s | p50 ms | p99 ms | lock wait ms | Redis cmds/order | MySQL stmts/order | backstop off, paused: oversold | lost updates | pause |\n")
+	b.WriteString("| gate | backstop on | sold / stock | orders/s | p50 ms | p99 ms | lock wait ms | Redis cmds/order | MySQL stmts/order | backstop off, paused: oversold | lost updates | pause |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range gs {
 		e, p := r.exact, r.pause
-		fmt.Fprintf(&b, "| `%s` | %s | %d / %d | %.0f | %.1f | %.1f | %s | %.2f | %.2f | %d | %d | %s |\n", r.backend, e.Verdict(), e.Sold, e.Stock,
+		fmt.Fprintf(&b, "| `%s` | %s | %d / %d | %.0f | %.1f | %.1f | %s | %.2f | %.2f | %d | %d | %s |\n", r.gate, e.Verdict(), e.Sold, e.Stock,
 			e.OrdersPerSec, e.Latency.P50, e.Latency.P99, msOrDash(e.Metrics.Sum.LockWaitMean(), e.Metrics.Sum.LockWaits),
 			r.redisPer, r.mysqlPer, p.Oversold, p.LostUpdates, r.pausedNote)
 	}

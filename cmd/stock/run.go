@@ -168,7 +168,7 @@ func serve(ctx context.Context, cfg app.Config, log *slog.Logger, stdout io.Writ
 	}
 	ln = limitConns(srv, limitPerIP(ln, cfg.Limits.MaxConnsPerIP, log), cfg.Limits.MaxConns)
 	_, _ = fmt.Fprintf(stdout, "stock: listening on http://%s (strategy %s)\n", ln.Addr(), cfg.Orders.Strategy) // the log says it too
-	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Orders.Strategy, "lock_backend", cfg.Lock.Backend)
+	log.Info("serving", "addr", ln.Addr().String(), "strategy", cfg.Orders.Strategy, "lock_backend", cfg.Lock.Gate)
 
 	if cfg.Telemetry.MetricsAddr != "" {
 		mux := http.NewServeMux()

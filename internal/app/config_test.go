@@ -81,12 +81,12 @@ func TestLockBackendConfig(t *testing.T) {
 		}
 	}
 	cfg, err := app.ParseEnv(env(nil))
-	if err != nil || cfg.Lock.Backend != "redisson" || cfg.Lock.Redlock.Addrs != nil || cfg.Lock.Redlock.NodeTimeout != 100*time.Millisecond {
-		t.Errorf("defaults: backend %q, redlock %v, node timeout %v, %v; want redisson, none, 100ms, nil", cfg.Lock.Backend, cfg.Lock.Redlock.Addrs, cfg.Lock.Redlock.NodeTimeout, err)
+	if err != nil || cfg.Lock.Gate != "redisson" || cfg.Lock.Redlock.Addrs != nil || cfg.Lock.Redlock.NodeTimeout != 100*time.Millisecond {
+		t.Errorf("defaults: gate %q, redlock %v, node timeout %v, %v; want redisson, none, 100ms, nil", cfg.Lock.Gate, cfg.Lock.Redlock.Addrs, cfg.Lock.Redlock.NodeTimeout, err)
 	}
 	for _, b := range []string{"setnx", "dbtable"} {
-		if cfg, err := app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": b})); err != nil || cfg.Lock.Backend != b {
-			t.Errorf("STOCK_LOCK_BACKEND=%s: %q, %v; want it taken", b, cfg.Lock.Backend, err)
+		if cfg, err := app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": b})); err != nil || cfg.Lock.Gate != b {
+			t.Errorf("STOCK_LOCK_BACKEND=%s: %q, %v; want it taken", b, cfg.Lock.Gate, err)
 		}
 	}
 	cfg, err = app.ParseEnv(env(map[string]string{"STOCK_LOCK_BACKEND": "redlock", "STOCK_REDLOCK_ADDRS": "a:1, b:2 ,c:3", "STOCK_REDLOCK_NODE_TIMEOUT": "20ms"}))

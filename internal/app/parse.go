@@ -209,11 +209,11 @@ func (p *checker) together(c *Config) {
 		p.fail("STOCK_STRATEGY", fmt.Sprintf("%q can oversell; set STOCK_ALLOW_UNSAFE=1 to run it anyway", c.Orders.Strategy))
 	}
 	lk := c.Lock
-	if n := len(lk.Redlock.Addrs); lk.Backend == skulock.GateRedlock && (n < 3 || n%2 == 0) {
-		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock backend wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
+	if n := len(lk.Redlock.Addrs); lk.Gate == skulock.GateRedlock && (n < 3 || n%2 == 0) {
+		p.fail("STOCK_REDLOCK_ADDRS", fmt.Sprintf("%d masters; the redlock gate wants an odd number, at least 3 (a majority of N/2+1 must survive a failure)", n))
 	}
-	if lk.Backend == skulock.GateEtcd && len(lk.Etcd.Endpoints) == 0 {
-		p.fail("STOCK_ETCD_ENDPOINTS", "the etcd backend needs the cluster's endpoints")
+	if lk.Gate == skulock.GateEtcd && len(lk.Etcd.Endpoints) == 0 {
+		p.fail("STOCK_ETCD_ENDPOINTS", "the etcd gate needs the cluster's endpoints")
 	}
 	if (lk.Etcd.Cert == "") != (lk.Etcd.Key == "") {
 		p.fail("STOCK_ETCD_CERT", "STOCK_ETCD_CERT and STOCK_ETCD_KEY go together")

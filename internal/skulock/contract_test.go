@@ -51,29 +51,29 @@ func subjects(t *testing.T) []subject {
 		}
 		t.Cleanup(func() {
 			if err := closeFn(); err != nil {
-				t.Errorf("close %s: %v", cfg.Backend, err)
+				t.Errorf("close %s: %v", cfg.Gate, err)
 			}
 		})
 		return l
 	}
 	return []subject{
 		{"redisson", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.GateRedisson}, skulock.Stores{Redis: rdb, Prefix: prefix})
+			return open(t, skulock.Config{Gate: skulock.GateRedisson}, skulock.Stores{Redis: rdb, Prefix: prefix})
 		}},
 		{"setnx", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.GateSetNX}, skulock.Stores{Redis: rdb, Prefix: prefix})
+			return open(t, skulock.Config{Gate: skulock.GateSetNX}, skulock.Stores{Redis: rdb, Prefix: prefix})
 		}},
 		{"dbtable", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.GateDBTable}, skulock.Stores{MySQLDSN: dsn, MySQLConns: 4})
+			return open(t, skulock.Config{Gate: skulock.GateDBTable}, skulock.Stores{MySQLDSN: dsn, MySQLConns: 4})
 		}},
 		{"redlock", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.GateRedlock, Redlock: redlock.Config{Addrs: addrs,
+			return open(t, skulock.Config{Gate: skulock.GateRedlock, Redlock: redlock.Config{Addrs: addrs,
 				// Generous for the race detector on a shared box; a node
 				// that times out counts as down.
 				NodeTimeout: 500 * time.Millisecond}}, skulock.Stores{Prefix: prefix})
 		}},
 		{"etcd", func(t *testing.T) service.Locker {
-			return open(t, skulock.Config{Backend: skulock.GateEtcd,
+			return open(t, skulock.Config{Gate: skulock.GateEtcd,
 				Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{Prefix: prefix})
 		}},
 	}

@@ -231,23 +231,23 @@ func TestStoreDown(t *testing.T) {
 		cfg skulock.Config
 		st  skulock.Stores
 	}{
-		{skulock.Config{Backend: skulock.GateSetNX}, skulock.Stores{Redis: rdb}},
-		{skulock.Config{Backend: skulock.GateDBTable}, skulock.Stores{MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"}},
-		{skulock.Config{Backend: skulock.GateRedlock, Redlock: redlock.Config{Addrs: []string{dead, dead, dead}}}, skulock.Stores{}},
-		{skulock.Config{Backend: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}}, skulock.Stores{}},
+		{skulock.Config{Gate: skulock.GateSetNX}, skulock.Stores{Redis: rdb}},
+		{skulock.Config{Gate: skulock.GateDBTable}, skulock.Stores{MySQLDSN: "root@tcp(" + dead + ")/stock?timeout=200ms"}},
+		{skulock.Config{Gate: skulock.GateRedlock, Redlock: redlock.Config{Addrs: []string{dead, dead, dead}}}, skulock.Stores{}},
+		{skulock.Config{Gate: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: []string{dead}, DialTimeout: 200 * time.Millisecond}}, skulock.Stores{}},
 	} {
 		cfg := c.cfg
 		cfg.Watchdog = 5 * time.Second
 		l, closeFn, err := skulock.Open(context.Background(), cfg, c.st)
 		if err != nil {
-			t.Fatalf("Open(%s) = %v", cfg.Backend, err)
+			t.Fatalf("Open(%s) = %v", cfg.Gate, err)
 		}
 		_, err = l.TryLock(context.Background(), "down", 100*time.Millisecond, 0)
 		if err == nil || errors.Is(err, service.ErrLockNotObtained) {
-			t.Errorf("%s: TryLock with the store down = %v; want an error that is not ErrLockNotObtained", cfg.Backend, err)
+			t.Errorf("%s: TryLock with the store down = %v; want an error that is not ErrLockNotObtained", cfg.Gate, err)
 		}
 		if err := closeFn(); err != nil {
-			t.Errorf("%s: close: %v", cfg.Backend, err)
+			t.Errorf("%s: close: %v", cfg.Gate, err)
 		}
 	}
 }
@@ -256,11 +256,11 @@ func TestStoreDown(t *testing.T) {
 // watchdog and no lease, redlock without masters, etcd without endpoints.
 func TestOpenRefuses(t *testing.T) {
 	for _, cfg := range []skulock.Config{
-		{Backend: "zookeeper", Watchdog: time.Second},
-		{Backend: skulock.GateSetNX},
-		{Backend: skulock.GateRedlock, Watchdog: time.Second},
-		{Backend: skulock.GateRedisson},
-		{Backend: skulock.GateEtcd, Watchdog: time.Second},
+		{Gate: "zookeeper", Watchdog: time.Second},
+		{Gate: skulock.GateSetNX},
+		{Gate: skulock.GateRedlock, Watchdog: time.Second},
+		{Gate: skulock.GateRedisson},
+		{Gate: skulock.GateEtcd, Watchdog: time.Second},
 	} {
 		if _, _, err := skulock.Open(context.Background(), cfg, skulock.Stores{}); err == nil {
 			t.Errorf("Open(%+v) = nil error; want one", cfg)
@@ -283,10 +283,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		cfg skulock.Config
 		st  skulock.Stores
 	}{
-		{skulock.Config{Backend: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{}},
-		{skulock.Config{Backend: skulock.GateSetNX}, skulock.Stores{Redis: rdb}},
-		{skulock.Config{Backend: skulock.GateDBTable}, skulock.Stores{MySQLDSN: dsn}},
-		{skulock.Config{Backend: skulock.GateRedlock, Redlock: redlock.Config{Addrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}}}, skulock.Stores{}},
+		{skulock.Config{Gate: skulock.GateEtcd, Etcd: etcdlock.ClientConfig{Endpoints: etcd.Endpoints()}}, skulock.Stores{}},
+		{skulock.Config{Gate: skulock.GateSetNX}, skulock.Stores{Redis: rdb}},
+		{skulock.Config{Gate: skulock.GateDBTable}, skulock.Stores{MySQLDSN: dsn}},
+		{skulock.Config{Gate: skulock.GateRedlock, Redlock: redlock.Config{Addrs: []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}}}, skulock.Stores{}},
 	} {
 		cfg := c.cfg
 		cfg.Watchdog = 5 * time.Second
@@ -296,10 +296,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		}
 		h := mustLock(t, l, "leak", time.Second, 0)
 		if err := h.Unlock(context.Background()); err != nil {
-			t.Errorf("%s: Unlock = %v", cfg.Backend, err)
+			t.Errorf("%s: Unlock = %v", cfg.Gate, err)
 		}
 		if err := closeFn(); err != nil {
-			t.Errorf("%s: close: %v", cfg.Backend, err)
+			t.Errorf("%s: close: %v", cfg.Gate, err)
 		}
 	}
 	_ = rdb.Close()

@@ -43,7 +43,7 @@ func ValidGate(name string) bool { return slices.Contains(Gates(), name) }
 // configuration, read from the environment by its tags.
 type Config struct {
 	// The SKU lock's gate; see "Which gate when" in docs/reference.md.
-	Backend string `env:"STOCK_LOCK_BACKEND" envDefault:"redisson"`
+	Gate string `env:"STOCK_LOCK_BACKEND" envDefault:"redisson"`
 	// Watchdog lease, renewed every third of it (redisson; etcd's session
 	// TTL). The gates without a watchdog (`setnx`, `dbtable`, `redlock`)
 	// hold for `STOCK_LOCK_LEASE`, or for this when it is `0`, never
@@ -76,16 +76,16 @@ type Stores struct {
 	Lost func()
 }
 
-// Open returns the locker of cfg.Backend on st and a close function that
+// Open returns the locker of cfg.Gate on st and a close function that
 // stops what it started (background clean-up, the reaper, the lock client
 // and connections it opened; not st.Redis). It connects lazily: a store
 // that is down at start-up makes TryLock fail, as a store that goes down
 // later does. Errors name the missing or bad setting.
 func Open(ctx context.Context, cfg Config, st Stores) (service.Locker, func() error, error) {
-	if cfg.Backend != "" && cfg.Backend != GateRedisson && cfg.Watchdog <= 0 {
-		return nil, nil, fmt.Errorf("skulock: gate %s: a lease is required (the watchdog's, a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Backend)
+	if cfg.Gate != "" && cfg.Gate != GateRedisson && cfg.Watchdog <= 0 {
+		return nil, nil, fmt.Errorf("skulock: gate %s: a lease is required (the watchdog's, a fixed lease, or the TTL etcd's watchdog keeps alive)", cfg.Gate)
 	}
-	switch cfg.Backend {
+	switch cfg.Gate {
 	case "", GateRedisson:
 		return openRedisson(cfg, st)
 	case GateSetNX:
@@ -106,7 +106,7 @@ func Open(ctx context.Context, cfg Config, st Stores) (service.Locker, func() er
 	case GateEtcd:
 		return openEtcd(cfg, st)
 	}
-	return nil, nil, fmt.Errorf("skulock: unknown gate %q; want one of %v", cfg.Backend, Gates())
+	return nil, nil, fmt.Errorf("skulock: unknown gate %q; want one of %v", cfg.Gate, Gates())
 }
 
 // openRedisson makes the Redis lock's client of cfg (its watchdog lease,

@@ -2,7 +2,7 @@
 // Name(sku)) on five gates, each a subpackage behind service.Locker with
 // its own dependencies (package gate holds what they share): redisson (the
 // Redis lock of internal/lock), setnx, dbtable, redlock and etcd, picked by
-// Open's Config.Backend (STOCK_LOCK_BACKEND). Every gate passes the same
+// Open's Config.Gate (STOCK_LOCK_BACKEND). Every gate passes the same
 // contract test (TestContract). How each holds, releases and fences, and
 // what none of them promises, is in docs/reference.md ("Leases, release
 // and fencing per gate"); why there are five and why the versioned UPDATE

@@ -11,7 +11,7 @@ import (
 )
 
 // The etcd gate's rows (STOCK_LOCK_BACKEND=etcd on a three-member cluster
-// of the rig's own). Its pause row is 11d (pauseBackend).
+// of the rig's own). Its pause row is 11d (pauseGate).
 
 // etcdEnv: the watchdog's TTL at 2s (etcd's smallest lease with a 1s
 // election timeout), a grant or release given up after 1s (the cluster is
@@ -22,7 +22,7 @@ var etcdEnv = map[string]string{"STOCK_LOCK_WATCHDOG": "2s", "STOCK_ETCD_DIAL_TI
 // units for twice as many buyers, and waits for a tenth to sell.
 func etcdRig(ctx context.Context, t *testing.T, stock int64) (*rig, <-chan outcome) {
 	t.Helper()
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateEtcd, env: etcdEnv})
+	r := newRig(t, rigConfig{strategy: "lock+version", gate: skulock.GateEtcd, env: etcdEnv})
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
 	return r, out

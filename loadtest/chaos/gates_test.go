@@ -20,11 +20,11 @@ import (
 // its transaction, then resumed: its write must be rejected (its hold's
 // deadline has passed: lock-lost, 503; or the versioned UPDATE), the stock
 // exact.
-func pauseBackend(backend string) func(t *testing.T, row *Row) {
+func pauseGate(gate string) func(t *testing.T, row *Row) {
 	return func(t *testing.T, row *Row) {
-		row.Strategy = "lock+version, " + backend
+		row.Strategy = "lock+version, " + gate
 		ctx := ctxFor(t, 3*time.Minute)
-		r := newRig(t, rigConfig{strategy: "lock+version", backend: backend, env: pauseEnv})
+		r := newRig(t, rigConfig{strategy: "lock+version", gate: gate, env: pauseEnv})
 		stock := int64(1000)
 		out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 		r.waitSold(ctx, stock/10)
@@ -38,10 +38,10 @@ func pauseBackend(backend string) func(t *testing.T, row *Row) {
 		row.Recovery = r.nextCreated(res, t0)
 		lost := res.Metrics.Sum.Orders["lock_lost"]
 		row.Note = fmt.Sprintf("%s paused 2.5s inside its transaction (%s, fixed 1s lease); lock-lost orders (503): %.0f, backstop conflicts %.0f.",
-			describe(in), backend, lost, row.Conflicts)
+			describe(in), gate, lost, row.Conflicts)
 		r.requireSafe(res, true)
 		if row.Conflicts == 0 && lost == 0 {
-			t.Errorf("paused %s holder: backstop conflicts %v, lock-lost orders %v; want a rejected write\n%s", backend, row.Conflicts, lost, summary(res))
+			t.Errorf("paused %s holder: backstop conflicts %v, lock-lost orders %v; want a rejected write\n%s", gate, row.Conflicts, lost, summary(res))
 		}
 	}
 }
@@ -57,7 +57,7 @@ func redlockMasterKilled(t *testing.T, row *Row) {
 	// down, and a round without a majority sends orders DB-only for a
 	// second: the row gives the two live masters 2s (not the default 100ms)
 	// so that only the killed one can be missing, however busy the machine.
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateRedlock,
+	r := newRig(t, rigConfig{strategy: "lock+version", gate: skulock.GateRedlock,
 		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms", "STOCK_REDLOCK_NODE_TIMEOUT": "2s"}})
 	stock := size[int64](300, 1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
@@ -93,7 +93,7 @@ func redlockMasterKilled(t *testing.T, row *Row) {
 func redlockClockJump(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, redlock"
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateRedlock, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
+	r := newRig(t, rigConfig{strategy: "lock+version", gate: skulock.GateRedlock, env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms"}})
 	stock := int64(1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})
 	r.waitSold(ctx, stock/10)
@@ -130,7 +130,7 @@ func dbtableMariaDBRestart(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, dbtable"
 	ctx := ctxFor(t, 4*time.Minute)
 	m := testserver.StartMariaDB(t)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateDBTable, mysqlBase: m.Base,
+	r := newRig(t, rigConfig{strategy: "lock+version", gate: skulock.GateDBTable, mysqlBase: m.Base,
 		env: map[string]string{"STOCK_TEST_CRITICAL_DELAY": "20ms", "STOCK_LOCK_WATCHDOG": "2s"}})
 	stock := int64(1000)
 	out := r.load(ctx, driver.Config{Stock: stock, Buyers: int(2 * stock), Concurrency: 20, Quantity: 1, Retries: 10, Duration: 2 * time.Minute})

@@ -82,7 +82,7 @@ func newHistStores(t *testing.T, gate string) *histStores {
 // through via (a proxy's, for a client whose links are cut).
 func (s *histStores) open(t *testing.T, gate string, via func(string) string) service.Locker {
 	t.Helper()
-	cfg := skulock.Config{Backend: gate, Watchdog: histLease, Redlock: redlock.Config{NodeTimeout: 300 * time.Millisecond}}
+	cfg := skulock.Config{Gate: gate, Watchdog: histLease, Redlock: redlock.Config{NodeTimeout: 300 * time.Millisecond}}
 	st := skulock.Stores{Prefix: s.prefix}
 	switch gate {
 	case skulock.GateRedisson, skulock.GateSetNX:

@@ -159,7 +159,7 @@ func brokenReplies(t *testing.T, row *Row) {
 func etcdLeaderPartitioned(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, etcd"
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateEtcd, env: etcdEnv,
+	r := newRig(t, rigConfig{strategy: "lock+version", gate: skulock.GateEtcd, env: etcdEnv,
 		place: []placement{inNetNS(0), etcdBesideInstance0()}})
 	r.etcd.MakeLeader(r.etcd.Members[0])
 	stock := size[int64](1000, 2000)
@@ -200,7 +200,7 @@ func etcdLeaderPartitioned(t *testing.T, row *Row) {
 func redlockPartitionAndJump(t *testing.T, row *Row) {
 	row.Strategy = "lock+version, redlock"
 	ctx := ctxFor(t, 3*time.Minute)
-	r := newRig(t, rigConfig{strategy: "lock+version", backend: skulock.GateRedlock, place: []placement{redlockProxied()},
+	r := newRig(t, rigConfig{strategy: "lock+version", gate: skulock.GateRedlock, place: []placement{redlockProxied()},
 		// A 2s lease: the key instance 1 could not release on master 0 when
 		// the cut began is gone soon, as the jump needs.
 		env: map[string]string{"STOCK_LOCK_WATCHDOG": "2s", "STOCK_TEST_CRITICAL_DELAY": "200ms", "STOCK_REDLOCK_NODE_TIMEOUT": "200ms"}})

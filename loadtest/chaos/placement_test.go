@@ -114,14 +114,14 @@ func redisDirect() placement {
 // etcdBesideInstance0 runs member 0 of the etcd cluster in instance 0's
 // namespace and the other two on the host end of a link of its own
 // (r.etcdLink): cutting it isolates member 0 and instance 0 together.
-// Rule: the etcd backend, and instance 0 in a namespace.
+// Rule: the etcd gate, and instance 0 in a namespace.
 func etcdBesideInstance0() placement {
 	return placement{
 		name: "etcdBesideInstance0",
 		set:  func(l *layout) { l.etcdBeside0 = true },
 		rule: func(rc rigConfig, l layout) error {
-			if rc.backend != skulock.GateEtcd {
-				return fmt.Errorf("backend %q: want %s", rc.backend, skulock.GateEtcd)
+			if rc.gate != skulock.GateEtcd {
+				return fmt.Errorf("gate %q: want %s", rc.gate, skulock.GateEtcd)
 			}
 			return needsInstance0(l)
 		},
@@ -130,14 +130,14 @@ func etcdBesideInstance0() placement {
 
 // redlockProxied gives every instance a toxiproxy of its own to each
 // Redlock master (r.masterPx[instance][master]), so that one instance's
-// link to one master can be cut. Rule: the redlock backend.
+// link to one master can be cut. Rule: the redlock gate.
 func redlockProxied() placement {
 	return placement{
 		name: "redlockProxied",
 		set:  func(l *layout) { l.redlockProxied = true },
 		rule: func(rc rigConfig, _ layout) error {
-			if rc.backend != skulock.GateRedlock {
-				return fmt.Errorf("backend %q: want %s", rc.backend, skulock.GateRedlock)
+			if rc.gate != skulock.GateRedlock {
+				return fmt.Errorf("gate %q: want %s", rc.gate, skulock.GateRedlock)
 			}
 			return nil
 		},
@@ -179,15 +179,15 @@ func TestPlacementRules(t *testing.T) {
 	}{
 		{"none", rigConfig{}, ""},
 		{"every instance", rigConfig{place: []placement{allInNetNS()}}, ""},
-		{"etcd member beside instance 0", rigConfig{backend: skulock.GateEtcd, place: []placement{inNetNS(0), etcdBesideInstance0()}}, ""},
-		{"redlock proxied", rigConfig{backend: skulock.GateRedlock, place: []placement{redlockProxied()}}, ""},
+		{"etcd member beside instance 0", rigConfig{gate: skulock.GateEtcd, place: []placement{inNetNS(0), etcdBesideInstance0()}}, ""},
+		{"redlock proxied", rigConfig{gate: skulock.GateRedlock, place: []placement{redlockProxied()}}, ""},
 		{"primary beside instance 0", rigConfig{redisAddr: "10.0.0.1:26379", place: []placement{inNetNS(0), instance0In(ns), redisDirect()}}, ""},
 		{"index out of range", rigConfig{place: []placement{inNetNS(3)}}, "inNetNS[3]"},
 		{"index twice", rigConfig{place: []placement{inNetNS(1), inNetNS(1)}}, "distinct"},
 		{"no index", rigConfig{place: []placement{inNetNS()}}, "no instance named"},
-		{"etcd beside, another backend", rigConfig{place: []placement{inNetNS(0), etcdBesideInstance0()}}, "etcdBesideInstance0: backend"},
-		{"etcd beside, instance 0 on the host", rigConfig{backend: skulock.GateEtcd, place: []placement{inNetNS(1), etcdBesideInstance0()}}, "instance 0 is not"},
-		{"redlock proxied, another backend", rigConfig{backend: skulock.GateEtcd, place: []placement{redlockProxied()}}, "redlockProxied: backend"},
+		{"etcd beside, another gate", rigConfig{place: []placement{inNetNS(0), etcdBesideInstance0()}}, "etcdBesideInstance0: gate"},
+		{"etcd beside, instance 0 on the host", rigConfig{gate: skulock.GateEtcd, place: []placement{inNetNS(1), etcdBesideInstance0()}}, "instance 0 is not"},
+		{"redlock proxied, another gate", rigConfig{gate: skulock.GateEtcd, place: []placement{redlockProxied()}}, "redlockProxied: gate"},
 		{"instance 0's namespace, on the host", rigConfig{place: []placement{instance0In(ns)}}, "instance0In: instance 0 is not"},
 		{"instance 0's namespace, none", rigConfig{place: []placement{inNetNS(0), instance0In(nil)}}, "no namespace"},
 		{"redis direct, the rig's own", rigConfig{place: []placement{inNetNS(0), redisDirect()}}, "no redisAddr"},

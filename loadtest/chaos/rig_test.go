@@ -62,10 +62,10 @@ type rigConfig struct {
 	env       map[string]string // STOCK_ settings of every instance
 	redisAddr string            // STOCK_REDIS_ADDRS; empty: a redis-server of the rig's own
 	mysqlBase string            // a DSN without a database; empty: the shared MariaDB
-	// backend is STOCK_LOCK_BACKEND (empty: the default, redisson); for
+	// gate is STOCK_LOCK_BACKEND (empty: the default, redisson); for
 	// redlock the rig starts three masters of its own, for etcd a cluster
 	// of three members.
-	backend string
+	gate string
 	// mysqlParams are extra DSN parameters of the instances.
 	mysqlParams string
 	// place puts instances or servers elsewhere than the host's loopback
@@ -85,9 +85,9 @@ type instNet struct {
 type rig struct {
 	t     *testing.T
 	redis *testserver.Redis // nil when redisAddr was given
-	// masters are the Redlock masters (backend redlock only).
+	// masters are the Redlock masters (gate redlock only).
 	masters []*testserver.Redis
-	// etcd is the three-member cluster of the etcd backend.
+	// etcd is the three-member cluster of the etcd gate.
 	etcd *testserver.Etcd
 	// net is each instance's namespace and links (nil for an instance
 	// outside one).
@@ -141,12 +141,12 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	r.db = db
 	r.namespaces(at, addr)
 	env := rc.env
-	if rc.backend != "" {
-		env = map[string]string{"STOCK_LOCK_BACKEND": rc.backend}
+	if rc.gate != "" {
+		env = map[string]string{"STOCK_LOCK_BACKEND": rc.gate}
 		for k, v := range rc.env {
 			env[k] = v
 		}
-		if rc.backend == skulock.GateRedlock {
+		if rc.gate == skulock.GateRedlock {
 			var addrs []string
 			for range 3 {
 				m := testserver.StartRedis(t)
@@ -155,7 +155,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 			}
 			env["STOCK_REDLOCK_ADDRS"] = strings.Join(addrs, ",")
 		}
-		if rc.backend == skulock.GateEtcd {
+		if rc.gate == skulock.GateEtcd {
 			r.startEtcd(at)
 			env["STOCK_ETCD_ENDPOINTS"] = strings.Join(r.etcd.Endpoints(), ",")
 		}
@@ -516,7 +516,7 @@ func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instan
 // stopped inside its transaction (InnoDB shows the same transaction holding
 // row locks through 200ms of the pause; only the lock holder reaches the
 // guarding UPDATE), and returns it paused with the moment it was stopped.
-// It needs nothing of the lock's own keys, so it serves every backend.
+// It needs nothing of the lock's own keys, so it serves every gate.
 func (r *rig) pauseInTrx(ctx context.Context, candidates ...int) (*fleet.Instance, time.Time) {
 	r.t.Helper()
 	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); {
