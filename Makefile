@@ -129,7 +129,7 @@ DEMO_GATES ?= all
 DEMO_FLAGS ?=
 demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK) -buyers $(DEMO_BUYERS) \
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
-	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -gates '$(DEMO_GATES)' -out loadtest/report $(DEMO_FLAGS)
+	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -gates '$(DEMO_GATES)' -out loadtest/out $(DEMO_FLAGS)
 demo: build ## the ceiling, then every strategy on three instances (sell-out proof, throughput, lifecycle), then the gates
 	$(GO) run ./cmd/demo $(demo_args) -phases ceiling,sellout,throughput,lifecycle,gates -results docs/results/demo.md -gates-doc docs/results/gates.md -target demo
 
@@ -143,8 +143,8 @@ demo-gates: build ## each STOCK_LOCK_BACKEND (DEMO_GATES) with the backstop, the
 	$(GO) run ./cmd/demo $(demo_args) -phases gates -gates-doc docs/results/gates.md -target demo-gates
 
 demo-wrk: build ## /healthz and lock+version orders on one hot SKU under wrk; checks the sale in MySQL; docs/results/wrk.md
-	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -phases wrk -out loadtest/report -wrk-doc docs/results/wrk.md -target demo-wrk $(DEMO_FLAGS)
+	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -phases wrk -out loadtest/out -wrk-doc docs/results/wrk.md -target demo-wrk $(DEMO_FLAGS)
 
 profile: build ## a longer lock+version run with a CPU profile of one instance; docs/profile.md
 	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -tp-buyers 150000 \
-		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/report -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)
+		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/out -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)

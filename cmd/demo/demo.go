@@ -121,7 +121,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		gateList   = fs.String("gates", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Gates(), ","))
 		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
 		quiet      = fs.Bool("q", false, "no progress lines")
-		defaultOut = filepath.Join("loadtest", "report")
+		defaultOut = filepath.Join("loadtest", "out")
 	)
 	fs.StringVar(&o.bin, "bin", "", "the stock binary (default: go build ./cmd/stock into a temporary directory)")
 	fs.StringVar(&o.goTool, "go", "go", "the go command, to build the binary when -bin is not given")

@@ -9,7 +9,7 @@
 // must sell exactly the stock) and "throughput" (a stock that does not sell
 // out, so orders/s measures orders rather than rejections).
 //
-//	go run ./cmd/demo -bin bin/stock -phases sellout,throughput -out loadtest/report
+//	go run ./cmd/demo -bin bin/stock -phases sellout,throughput -out loadtest/out
 package main
 
 import (

@@ -33,8 +33,8 @@
  *                winner's order is reserved, every third never pays, every tenth
  *                cancels, the rest confirm (some after their deadline)
  *   PAYMENT_TOKEN[ADMIN_TOKEN] bearer token of POST /v1/admin/orders/{id}/confirm
- *   SUMMARY      [loadtest/report/k6-summary.json]  JSON summary path (k6 does not create
- *                its folder: mkdir -p loadtest/report first); empty = none
+ *   SUMMARY      [loadtest/out/k6-summary.json]  JSON summary path (k6 does not create
+ *                its folder: mkdir -p loadtest/out first); empty = none
  *
  * Why retries: a 429 (lock wait ran out) or a 503 is an answer of "not now",
  * and a real buyer tries again with the same key. The key makes that safe: a
@@ -124,7 +124,7 @@ const ADMIN_TOKEN = strEnv("ADMIN_TOKEN", "");
 const SCENARIO = strEnv("SCENARIO", "burst");
 const WINDOW = intEnv("WINDOW", 0, 0);
 const PAYMENT_TOKEN = strEnv("PAYMENT_TOKEN", ADMIN_TOKEN);
-const SUMMARY = __ENV.SUMMARY === undefined ? "loadtest/report/k6-summary.json" : __ENV.SUMMARY;
+const SUMMARY = __ENV.SUMMARY === undefined ? "loadtest/out/k6-summary.json" : __ENV.SUMMARY;
 
 // Greedy buyers: every GREEDY_EVERY-th iteration (10% by default) orders as
 // one of GREEDY_BUYERS shared identities, so each of them fires many
