@@ -20,32 +20,70 @@ import (
 // read and write buffers, the request, its goroutine's stack). At the cap
 // the listener stops accepting: further connections wait in the kernel's
 // accept queue (net.core.somaxconn) and are served as slots free up. So
-// that idle keep-alive connections cannot hold the slots, the server stops
-// keeping connections alive at the cap (idle ones are closed at once, busy
-// ones after their answer) and keeps them alive again once the count is
-// down to half the cap.
+// that idle keep-alive connections cannot hold the slots, at the cap the
+// idle ones are closed at once and the busy ones after their answer
+// (Connection: close), until the count is down to half the cap. A
+// connection still waiting for its first request is never closed for
+// this: only STOCK_HTTP_READ_HEADER_TIMEOUT ends it. (net/http's
+// SetKeepAlivesEnabled(false) would also close such a connection once it
+// is five seconds old, which a flood's slow first reads can be.)
 func limitConns(srv *http.Server, ln net.Listener, limit int) net.Listener {
 	if limit <= 0 {
 		return ln
 	}
-	var open atomic.Int64
+	cp := &connCap{limit: int64(limit), idle: make(map[net.Conn]struct{})}
 	next := srv.ConnState
 	srv.ConnState = func(c net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			if open.Add(1) == int64(limit) {
-				srv.SetKeepAlivesEnabled(false)
-			}
-		case http.StateClosed, http.StateHijacked:
-			if open.Add(-1) == int64(limit/2) {
-				srv.SetKeepAlivesEnabled(true)
-			}
-		}
+		cp.changed(c, s)
 		if next != nil {
 			next(c, s)
 		}
 	}
+	h := srv.Handler
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cp.full.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 	return netutil.LimitListener(ln, limit)
+}
+
+// connCap is limitConns's count of the connections open and idle.
+type connCap struct {
+	limit int64
+	open  atomic.Int64
+	full  atomic.Bool // from the cap down to half of it: no keep-alive
+	mu    sync.Mutex
+	idle  map[net.Conn]struct{} // between two requests
+}
+
+// changed follows c into state s: at the cap every idle connection is
+// closed, and one that turns idle while full is closed at once.
+func (cp *connCap) changed(c net.Conn, s http.ConnState) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	switch s {
+	case http.StateNew:
+		if cp.open.Add(1) >= cp.limit && !cp.full.Swap(true) {
+			for ic := range cp.idle {
+				_ = ic.Close()
+			}
+		}
+	case http.StateIdle:
+		if cp.full.Load() {
+			_ = c.Close()
+			return
+		}
+		cp.idle[c] = struct{}{}
+	case http.StateActive:
+		delete(cp.idle, c)
+	case http.StateClosed, http.StateHijacked:
+		delete(cp.idle, c)
+		if cp.open.Add(-1) <= cp.limit/2 {
+			cp.full.Store(false)
+		}
+	}
 }
 
 // limitPerIP caps the connections ln hands out per client at limit (0: no

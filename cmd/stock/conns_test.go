@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,7 +26,7 @@ func capped(t *testing.T, limit int, h http.Handler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, IdleTimeout: time.Minute, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, IdleTimeout: time.Minute, ReadHeaderTimeout: 15 * time.Second}
 	capLn := limitConns(srv, ln, limit)
 	go func() { _ = srv.Serve(capLn) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -116,6 +117,37 @@ func TestConnectionCapShedsIdleKeepAlives(t *testing.T) {
 		t.Fatalf("a new client with %d idle keep-alive connections at the cap: %v; want it served", limit, err)
 	}
 	_ = resp.Body.Close()
+}
+
+// A connection still waiting for its first request when the cap is
+// reached is served, however long it waited: reaching the cap sheds only
+// idle keep-alive connections (net/http's own switch would also close a
+// new connection older than five seconds, as a flood's are).
+func TestConnectionCapKeepsNewConnections(t *testing.T) {
+	t.Parallel()
+	const limit = 2
+	url := capped(t, limit, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	addr := strings.TrimPrefix(url, "http://")
+	early := dialFrom(t, net.IPv4(127, 0, 0, 1), addr)
+	time.Sleep(6500 * time.Millisecond) // past net/http's five seconds for a new connection
+	late := dialFrom(t, net.IPv4(127, 0, 0, 1), addr) // the cap: the early one must stay
+	for i, c := range []net.Conn{early, late} {
+		name := []string{"early", "late"}[i]
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatalf("%s connection: write: %v", name, err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s connection at the cap: %v; want it answered", name, err)
+		}
+		_ = resp.Body.Close()
+		// The first answer, given at the cap, closes its connection; that
+		// brings the count to half the cap, where keep-alive is back.
+		if resp.StatusCode != http.StatusOK || resp.Close != (i == 0) {
+			t.Errorf("%s connection: %d, Connection: close %v; want 200, close %v", name, resp.StatusCode, resp.Close, i == 0)
+		}
+	}
 }
 
 // dialFrom opens a connection to addr from the loopback address local.
