@@ -129,7 +129,7 @@ func TestConnectionCapKeepsNewConnections(t *testing.T) {
 	url := capped(t, limit, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	addr := strings.TrimPrefix(url, "http://")
 	early := dialFrom(t, net.IPv4(127, 0, 0, 1), addr)
-	time.Sleep(6500 * time.Millisecond) // past net/http's five seconds for a new connection
+	time.Sleep(6500 * time.Millisecond)               // past net/http's five seconds for a new connection
 	late := dialFrom(t, net.IPv4(127, 0, 0, 1), addr) // the cap: the early one must stay
 	for i, c := range []net.Conn{early, late} {
 		name := []string{"early", "late"}[i]
