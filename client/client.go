@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/seckill/stock/internal/api"
@@ -143,5 +144,14 @@ func IsKind(err error, kind string) bool {
 func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 	var raw []byte
 	_, err := c.call(ctx, http.MethodGet, api.Metrics, nil, nil, &raw)
+	return raw, err
+}
+
+// CPUProfile records the instance's CPU for seconds and returns the pprof
+// profile; the client's base URL must be the instance's STOCK_PPROF_ADDR
+// listener (the API port does not serve it).
+func (c *Client) CPUProfile(ctx context.Context, seconds int) ([]byte, error) {
+	var raw []byte
+	_, err := c.call(ctx, http.MethodGet, api.CPUProfile+"?seconds="+strconv.Itoa(seconds), nil, nil, &raw)
 	return raw, err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/http/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,20 @@ func TestMetrics(t *testing.T) {
 	text, err := newClient(t, "").Metrics(t.Context())
 	if err != nil || !strings.Contains(string(text), "# TYPE") {
 		t.Errorf("Metrics = %.80q, %v", text, err)
+	}
+}
+
+// TestCPUProfile asks a real pprof listener (net/http/pprof, as
+// STOCK_PPROF_ADDR serves it) for a one-second profile.
+func TestCPUProfile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(pprof.Profile))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.CPUProfile(t.Context(), 1)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b { // a gzipped profile
+		t.Errorf("CPUProfile = %d bytes %.4x, %v; want a gzipped pprof profile", len(b), b, err)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/loadtest/driver"
 	"github.com/seckill/stock/loadtest/report"
 )
@@ -74,27 +73,18 @@ func (p *profiler) start(ctx context.Context) {
 		}
 		before := p.cpu()
 		t0 := time.Now()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.addr, profileSeconds), nil)
+		pprof, err := client.New("http://" + p.addr)
 		if err != nil {
 			p.err <- err
 			return
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			p.err <- err
-			return
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
+		b, err := pprof.CPUProfile(ctx, profileSeconds)
 		after, secs := p.cpu(), time.Since(t0).Seconds()
 		for i, g := range p.procs {
 			p.split = append(p.split, cpuShare{g.name, (after[i] - before[i]) / secs})
 		}
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("pprof: %s: %s", resp.Status, b)
-		}
 		if err != nil {
-			p.err <- err
+			p.err <- fmt.Errorf("pprof: %w", err)
 			return
 		}
 		p.got <- b

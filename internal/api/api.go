@@ -24,6 +24,8 @@ const (
 	Metrics      = "/metrics"
 	OpenAPIYAML  = "/openapi.yaml"
 	OpenAPIJSON  = "/openapi.json"
+	// CPUProfile is served on STOCK_PPROF_ADDR only, never on the API port.
+	CPUProfile = "/debug/pprof/profile"
 )
 
 // Path fills pattern's ":name" segments, in order, with values, each
