@@ -26,6 +26,7 @@ import (
 	"github.com/seckill/stock/internal/repo"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
+	"github.com/seckill/stock/internal/skulock/redisson"
 	"github.com/seckill/stock/internal/stockcounter"
 	"github.com/seckill/stock/internal/stockevents"
 )
@@ -99,7 +100,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	a.openRedis(cfg.Redis)
 	locker := o.locker
 	if locker == nil {
-		if locker, err = a.skuLocker(ctx, cfg); err != nil {
+		if locker, err = a.skuLocker(ctx, cfg, log); err != nil {
 			return nil, err
 		}
 	}
@@ -166,8 +167,11 @@ func (a *App) stockCounter(r Redis) *stockcounter.Counter {
 }
 
 // skuLocker is the SKU lock of the Lock group (the Redis lock by default)
-// on the server's Redis and MySQL, its renewals and losses counted.
-func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error) {
+// on the server's Redis and MySQL, its renewals and losses counted. For the
+// Redis lock it logs the client id this instance writes in the owner fields
+// of its holds (lock_client), so an operator can tell which instance holds
+// a lock key.
+func (a *App) skuLocker(ctx context.Context, cfg Config, log *slog.Logger) (service.Locker, error) {
 	m := a.Metrics
 	l, closeLocks, err := skulock.Open(ctx, cfg.Lock, skulock.Stores{
 		Redis:         a.Redis,
@@ -181,6 +185,9 @@ func (a *App) skuLocker(ctx context.Context, cfg Config) (service.Locker, error)
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { _ = closeLocks() })
+	if r, ok := l.(redisson.Locker); ok {
+		log.Info("lock client", "gate", skulock.GateRedisson, "lock_client", r.Client.ID())
+	}
 	return l, nil
 }
 

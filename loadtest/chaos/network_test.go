@@ -44,7 +44,7 @@ func redisCutFromHolder(t *testing.T, row *Row) {
 	link.Heal()
 	res := r.finish(out, row, t0)
 	lost := res.Metrics.Sum.Orders["lock_lost"]
-	row.Note = fmt.Sprintf("%s found holding (a SIGSTOP of at most 0.3s), then its Redis link cut for %v (lease %v, critical section %v); lock-lost orders (503): %.0f, lost holds %.0f, backstop conflicts %.0f.",
+	row.Note = fmt.Sprintf("%s found holding (stopped while its owner field was in the lock), then its Redis link cut for %v (lease %v, critical section %v); lock-lost orders (503): %.0f, lost holds %.0f, backstop conflicts %.0f.",
 		describe(in), 3*lease, lease, lease*3/2, lost, row.LostLocks, row.Conflicts)
 	r.requireSafe(res, true)
 	if lost == 0 && row.Conflicts == 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,12 +141,14 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	t.Cleanup(func() { _ = db.Close() })
 	r.db = db
 	r.namespaces(at, addr)
-	env := rc.env
+	// Info: the lock client id each instance logs at start (pauseHolder
+	// reads it); answers below 500 are logged within a budget.
+	env := map[string]string{"STOCK_LOG_LEVEL": "info"}
+	for k, v := range rc.env {
+		env[k] = v
+	}
 	if rc.gate != "" {
-		env = map[string]string{"STOCK_LOCK_BACKEND": rc.gate}
-		for k, v := range rc.env {
-			env[k] = v
-		}
+		env["STOCK_LOCK_BACKEND"] = rc.gate
 		if rc.gate == skulock.GateRedlock {
 			var addrs []string
 			for range 3 {
@@ -412,105 +415,77 @@ func (r *rig) lockingTrx(ctx context.Context) []string {
 // pauseHolder pauses (SIGSTOP) one of the candidate instances while it holds
 // the SKU lock inside its transaction (after the guarding UPDATE, in the
 // test-only delay before COMMIT), and returns it paused, with the moment it
-// was stopped. It tells the holder by the lock itself: a hold that neither
-// ends nor is renewed for 200ms (a hold lasts tens of ms, and the watchdog
-// renews every third of the lease) belongs to the paused process. And it
-// tells that the pause fell inside the transaction by InnoDB: a transaction
-// holding row locks through those 200ms is the paused one's (no one else can
-// reach the UPDATE without the lock). A pause that falls before BEGIN or
-// after COMMIT proves nothing about the write, so it resumes the instance and
-// tries again, for at most 40s.
-//
-// Guessing is biased: an instance just resumed is first in the lock's line
-// of clients and takes the lock next, so a blind rotation keeps pausing the
-// wrong one. So it learns which lock client (the part of the hold's field
-// before the last ':') each instance is, by elimination: a client seen
-// holding while an instance was paused is not that instance's. Once it knows
-// a candidate's client it waits until that client holds the lock and pauses
-// exactly that instance.
+// was stopped. It knows each instance's lock client from its log (the
+// lock_client the service logs at start), so it waits until the lock's
+// owner field names a candidate and stops exactly that one. The stop fell
+// inside the hold when the same owner field is still there after it (a
+// stopped process neither releases nor takes a lock); and inside the
+// transaction when InnoDB shows a transaction holding row locks from then on
+// through the next 100ms (no one else can reach the UPDATE meanwhile). A stop
+// that falls outside proves nothing about the write, so it resumes the
+// instance and tries again, for at most 40s.
 func (r *rig) pauseHolder(ctx context.Context, candidates ...int) (*fleet.Instance, time.Time) {
 	r.t.Helper()
-	client := func(field string) string { return field[:max(strings.LastIndexByte(field, ':'), 0)] }
-	seen := map[string]bool{}          // every lock client seen
-	notOf := map[int]map[string]bool{} // clients seen holding while instance i was paused
-	own := func(i int) string {        // instance i's client, once known
-		var left []string
-		for c := range seen {
-			if !notOf[i][c] {
-				left = append(left, c)
-			}
+	of := map[string]*fleet.Instance{} // lock client -> candidate
+	for _, i := range candidates {
+		in := r.fleet.Instances[i]
+		id := lockClientOf(in)
+		if id == "" {
+			r.t.Fatalf("instance %d logged no lock_client\n%s", i, fleet.Tail(in.LogPath))
 		}
-		if len(seen) == len(r.fleet.Instances) && len(left) == 1 {
-			return left[0]
-		}
-		return ""
+		of[id] = in
 	}
+	client := func(field string) string { return field[:max(strings.LastIndexByte(field, ':'), 0)] }
 	deadline := time.Now().Add(40 * time.Second)
-	for try := 0; time.Now().Before(deadline); try++ {
-		var in *fleet.Instance
-		for in == nil && time.Now().Before(deadline) {
-			f := r.lockFields(ctx)
-			if len(f) != 1 {
-				time.Sleep(time.Millisecond)
-				continue
-			}
-			seen[client(f[0])] = true
-			known := false
-			for _, i := range candidates {
-				if c := own(i); c != "" {
-					known = true
-					if c == client(f[0]) {
-						in = r.fleet.Instances[i]
-					}
-				}
-			}
-			if !known { // a guess
-				in = r.fleet.Instances[candidates[rand.IntN(len(candidates))]] //nolint:gosec // G404: picks a victim, not a secret
-			}
+	for try := 0; time.Now().Before(deadline); {
+		f0 := r.lockFields(ctx)
+		in := (*fleet.Instance)(nil)
+		if len(f0) == 1 {
+			in = of[client(f0[0])]
 		}
 		if in == nil {
-			break
+			time.Sleep(time.Millisecond)
+			continue
 		}
 		if err := in.Signal(syscall.SIGSTOP); err != nil {
 			r.t.Fatalf("SIGSTOP instance %d: %v", in.Index, err)
 		}
 		t0 := time.Now()
-		time.Sleep(100 * time.Millisecond)
-		f1 := r.lockFields(ctx)
-		p1, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
+		time.Sleep(20 * time.Millisecond) // replies already on their way land
 		x1 := r.lockingTrx(ctx)
-		time.Sleep(200 * time.Millisecond)
-		f2 := r.lockFields(ctx)
-		p2, _ := r.rdb.PTTL(ctx, r.lockKey()).Result()
+		f1 := r.lockFields(ctx)
+		time.Sleep(100 * time.Millisecond)
 		x2 := r.lockingTrx(ctx)
 		stuck := slices.ContainsFunc(x1, func(id string) bool { return slices.Contains(x2, id) })
-		r.t.Logf("pause try %d, instance %d: lock %v pttl %v trx %v, then %v pttl %v trx %v", try, in.Index, f1, p1, x1, f2, p2, x2)
-		held := len(f1) == 1 && slices.Equal(f1, f2) && p2 > 0 && p2 < p1
-		if held && stuck {
+		r.t.Logf("pause try %d, instance %d: lock %v, then %v; trx %v, then %v", try, in.Index, f0, f1, x1, x2)
+		try++
+		if slices.Equal(f0, f1) && stuck {
 			return in, t0
-		}
-		if held { // the right process, outside its transaction: try again
-			if err := in.Signal(syscall.SIGCONT); err != nil {
-				r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
-			}
-			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
-			continue
-		}
-		if notOf[in.Index] == nil {
-			notOf[in.Index] = map[string]bool{}
-		}
-		for _, f := range append(f1, f2...) {
-			seen[client(f)] = true
-			notOf[in.Index][client(f)] = true
 		}
 		if err := in.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatalf("SIGCONT instance %d: %v", in.Index, err)
 		}
-		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
 	}
 	r.t.Fatalf("no candidate instance %v was found holding the lock of %s within 40s\n%s", candidates, r.sku, r.fleet.Logs())
 	return nil, time.Time{}
 }
+
+// lockClientOf is the lock client id instance in logged last (at its
+// latest start), or "" if none.
+func lockClientOf(in *fleet.Instance) string {
+	b, err := os.ReadFile(in.LogPath)
+	if err != nil {
+		return ""
+	}
+	m := lockClientLine.FindAllSubmatch(b, -1)
+	if len(m) == 0 {
+		return ""
+	}
+	return string(m[len(m)-1][1])
+}
+
+var lockClientLine = regexp.MustCompile(`lock_client=(\S+)`)
 
 // pauseInTrx pauses (SIGSTOP) candidate instances at random until one is
 // stopped inside its transaction (InnoDB shows the same transaction holding

@@ -355,9 +355,13 @@ func checkOrderRows(res *Result, cfg Config, byKey map[string][]orderRow) {
 }
 
 // LockingTransactions returns the ids of the InnoDB transactions holding
-// row locks on db's server (the fault runs land a pause or a kill inside one).
+// row locks and not waiting for one, on connections to db's own database
+// (the fault runs land a pause or a kill inside one; a transaction queued
+// behind a row lock, or another database's, is not the one they look for).
 func LockingTransactions(ctx context.Context, db *sql.DB) ([]string, error) {
-	rows, err := db.QueryContext(ctx, "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_rows_locked > 0")
+	rows, err := db.QueryContext(ctx, `SELECT t.trx_id FROM information_schema.INNODB_TRX t
+		JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+		WHERE t.trx_rows_locked > 0 AND t.trx_state = 'RUNNING' AND p.DB = DATABASE()`)
 	if err != nil {
 		return nil, err
 	}
