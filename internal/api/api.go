@@ -19,11 +19,15 @@ const (
 	AdminOrder   = "/v1/admin/orders/:id"
 	AdminCancel  = "/v1/admin/orders/:id/cancel"
 	AdminConfirm = "/v1/admin/orders/:id/confirm"
-	Healthz      = "/healthz"
-	Readyz       = "/readyz"
-	Metrics      = "/metrics"
-	OpenAPIYAML  = "/openapi.yaml"
-	OpenAPIJSON  = "/openapi.json"
+	// AdminEvents is the outbox's feed; AdminRedeliver sends an event to
+	// the webhook again.
+	AdminEvents    = "/v1/admin/events"
+	AdminRedeliver = "/v1/admin/events/:id/redeliver"
+	Healthz        = "/healthz"
+	Readyz         = "/readyz"
+	Metrics        = "/metrics"
+	OpenAPIYAML    = "/openapi.yaml"
+	OpenAPIJSON    = "/openapi.json"
 	// CPUProfile is served on STOCK_PPROF_ADDR only, never on the API port.
 	CPUProfile = "/debug/pprof/profile"
 )

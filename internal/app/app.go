@@ -80,7 +80,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 			a.Close()
 		}
 	}()
-	if err := cfg.Auth.CheckSecrets(); err != nil {
+	if err := cfg.Auth.CheckSecrets(cfg.Events.WebhookSecret); err != nil {
 		return nil, err
 	}
 	tokens, err := TokenVerifier(cfg.Auth)
@@ -105,7 +105,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		}
 	}
 	a.newService(ctx, cfg, o, locker, tp, log)
-	if a.Handler, err = handler.New(a.handlerConfig(cfg, tokens, tp, log),
+	feed, err := a.startEvents(ctx, cfg.Events, log)
+	if err != nil {
+		return nil, err
+	}
+	hcfg := a.handlerConfig(cfg, tokens, tp, log)
+	hcfg.Events = feed
+	if a.Handler, err = handler.New(hcfg,
 		handler.Services{Placer: a.Parts.Service, Lifecycle: a.Parts.Lifecycle, Inventory: a.Parts.Inventory}, log, a.Metrics, a.Registry); err != nil {
 		return nil, fmt.Errorf("STOCK_TRUSTED_PROXIES: %w", err)
 	}

@@ -40,6 +40,8 @@ type Config struct {
 	Auth Auth
 	// Caps and rate limits of the HTTP edge.
 	Limits Limits
+	// The outbox's delivery of events: the feed, NATS JetStream, webhooks.
+	Events Events
 	// Logs, metrics, profiling and traces.
 	Telemetry Telemetry
 	// Fault runs only: never set these in production.
@@ -216,6 +218,34 @@ const (
 
 // logLevels are STOCK_LOG_LEVEL's values, the default first.
 var logLevels = map[string]slog.Level{"info": slog.LevelInfo, "debug": slog.LevelDebug, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// Events is the group of the outbox's relay (internal/outbox): every
+// change is an event row written with it; each instance's relay stamps the
+// feed (`GET /v1/admin/events`) and sends the events to the sinks set here.
+type Events struct {
+	// Run this instance's relay (the instances share the work); `0`: only
+	// write the events (another deployment relays them).
+	Relay bool `env:"STOCK_EVENTS_RELAY" envDefault:"1"`
+	// How long events are kept (in the feed, and on NATS: the stream's
+	// max age); older ones are pruned.
+	Retention time.Duration `env:"STOCK_EVENTS_RETENTION" envDefault:"168h" min:"1m"`
+	// NATS server of the JetStream sink (`nats://127.0.0.1:4222`); empty:
+	// no NATS.
+	NATSURL string `env:"STOCK_EVENTS_NATS_URL"`
+	// The stream, created if missing, on subjects `stock.events.>`.
+	NATSStream string `env:"STOCK_EVENTS_NATS_STREAM" envDefault:"STOCK"`
+	// URL every event is POSTed to, signed; empty: no webhook.
+	WebhookURL string `env:"STOCK_WEBHOOK_URL"`
+	// HMAC-SHA256 key of the webhook's Stock-Signature, at least 32 bytes.
+	WebhookSecret string `env:"STOCK_WEBHOOK_SECRET"`
+	// One attempt's deadline.
+	WebhookTimeout time.Duration `env:"STOCK_WEBHOOK_TIMEOUT" envDefault:"5s" min:"100ms"`
+	// Longest wait between attempts (from about 1s, doubling).
+	WebhookMaxBackoff time.Duration `env:"STOCK_WEBHOOK_MAX_BACKOFF" envDefault:"1m" min:"1s"`
+	// How long an event is retried before it is marked failed (and the
+	// SKU's next is sent).
+	WebhookMaxAge time.Duration `env:"STOCK_WEBHOOK_MAX_AGE" envDefault:"24h" min:"1s"`
+}
 
 // Telemetry is the group of logs, metrics, profiling and traces.
 type Telemetry struct {

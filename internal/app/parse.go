@@ -13,6 +13,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/seckill/stock/events"
 	"github.com/seckill/stock/internal/auth"
 	"github.com/seckill/stock/internal/service"
 	"github.com/seckill/stock/internal/skulock"
@@ -220,6 +221,11 @@ func (p *checker) together(c *Config) {
 	}
 	if s := c.Auth.JWTSecret; s != "" && len(s) < auth.MinSecret {
 		p.fail("STOCK_JWT_SECRET", fmt.Sprintf("must be at least %d bytes", auth.MinSecret))
+	}
+	if ev := c.Events; (ev.WebhookURL == "") != (ev.WebhookSecret == "") {
+		p.fail("STOCK_WEBHOOK_SECRET", "STOCK_WEBHOOK_URL and STOCK_WEBHOOK_SECRET go together")
+	} else if ev.WebhookSecret != "" && len(ev.WebhookSecret) < events.MinSecretLen {
+		p.fail("STOCK_WEBHOOK_SECRET", fmt.Sprintf("must be at least %d bytes", events.MinSecretLen))
 	}
 	if c.Orders.SoldOutTTL == 0 {
 		c.Orders.SoldOutTTL = -1 // STOCK_SOLDOUT_TTL=0 is off; a service.Config's 0 is its default

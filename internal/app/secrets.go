@@ -47,13 +47,15 @@ const goodSecretHint = "make one with `openssl rand -hex 32`"
 
 // CheckSecrets returns an error wrapping ErrWeakSecret, naming the
 // variable, when a set admin or payment token is shorter than MinToken
-// bytes, or when either token or the JWT secret is a value this repository
-// ships or has shipped. An empty token is not checked: its routes are off.
-func (c Auth) CheckSecrets() error {
+// bytes, or when either token, the JWT secret or the webhook's secret is a
+// value this repository ships or has shipped. An empty token is not
+// checked: its routes are off.
+func (c Auth) CheckSecrets(webhookSecret string) error {
 	for _, s := range []struct{ name, value string }{
 		{"STOCK_ADMIN_TOKEN", c.AdminToken},
 		{"STOCK_PAYMENT_TOKEN", c.PaymentToken},
 		{"STOCK_JWT_SECRET", c.JWTSecret},
+		{"STOCK_WEBHOOK_SECRET", webhookSecret},
 	} {
 		if s.value == "" {
 			continue
@@ -61,7 +63,7 @@ func (c Auth) CheckSecrets() error {
 		if shipped(s.value) {
 			return fmt.Errorf("%w: %s is a value published in this repository; %s", ErrWeakSecret, s.name, goodSecretHint)
 		}
-		if s.name != "STOCK_JWT_SECRET" && len(s.value) < MinToken {
+		if (s.name == "STOCK_ADMIN_TOKEN" || s.name == "STOCK_PAYMENT_TOKEN") && len(s.value) < MinToken {
 			return fmt.Errorf("%w: %s must be at least %d bytes; %s", ErrWeakSecret, s.name, MinToken, goodSecretHint)
 		}
 	}

@@ -92,6 +92,11 @@ var problems = []kind{
 var internalProblem = kind{status: http.StatusInternalServerError, kind: "internal", title: "Internal error"}
 
 func classify(err error) kind {
+	for _, k := range eventProblems {
+		if errors.Is(err, k.err) {
+			return k
+		}
+	}
 	for _, k := range problems {
 		if errors.Is(err, k.err) {
 			return k

@@ -60,6 +60,8 @@ type Services struct {
 // Config configures the handler.
 type Config struct {
 	AdminToken string // empty: admin API off (403)
+	// Events is the outbox's feed (nil: no feed routes).
+	Events EventFeed
 	// CORSOrigins are the origins (scheme://host[:port]) whose pages may call
 	// the browser routes (orders, an order, its cancel, the stock); none:
 	// no CORS headers at all.
@@ -118,6 +120,7 @@ type Config struct {
 // Handler serves the API. It is safe for concurrent use.
 type Handler struct {
 	svc          Service
+	feed         EventFeed
 	adminToken   string
 	paymentToken string
 	maxBody      int64
@@ -148,7 +151,7 @@ func New(cfg Config, svc Service, log *slog.Logger, m *metrics.Metrics, gatherer
 	if cfg.ReadyMaxAge <= 0 {
 		cfg.ReadyMaxAge = time.Second
 	}
-	h := &Handler{svc: svc, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody,
+	h := &Handler{svc: svc, feed: cfg.Events, adminToken: cfg.AdminToken, paymentToken: cfg.PaymentToken, maxBody: cfg.MaxBody,
 		ready: &readiness{checks: cfg.Checks, maxAge: cfg.ReadyMaxAge}, tokens: cfg.Tokens, throttle: cfg.AuthThrottle, log: log, budget: budget}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
@@ -218,6 +221,10 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	get(admin, api.AdminAudit, h.audit)
 	get(admin, api.AdminOrder, h.getOrder)
 	admin.POST(api.AdminCancel, h.cancelOrder)
+	if h.feed != nil {
+		get(admin, api.AdminEvents, h.listEvents)
+		admin.POST(api.AdminRedeliver, h.redeliverEvent)
+	}
 	// Confirm is the payment service's (or the admin's): a back-office
 	// route, not limited per client IP, as one service sends every confirm
 	// (only its failed token checks are counted, as on every route that

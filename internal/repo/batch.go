@@ -113,6 +113,9 @@ func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, sto
 		if err := settleRows(gormExec(tx), cur, rows); err != nil {
 			return translate(ctx, "settle deadlines", err)
 		}
+		if err := insertEvents(gormExec(tx), b.SKU, placedEvents(rows), now); err != nil {
+			return translate(ctx, "insert events", err)
+		}
 		for j, i := range plan.Placed {
 			orders[i] = rows[j].order()
 		}
@@ -182,7 +185,7 @@ func (s *Store) finishBatch(tx *gorm.DB, b service.Batch, cur stockModel, total 
 		return translate(ctx, "insert ledger", err)
 	}
 	upd := versionedGuard(tx.Model(&stockModel{}).Where("sku = ?", b.SKU), cur, total).
-		Updates(sale(total, cur.PaymentWindowSeconds > 0, now))
+		Updates(sale(total, len(ledger), cur.PaymentWindowSeconds > 0, now))
 	if upd.Error != nil {
 		return translate(ctx, "update stock", upd.Error)
 	}

@@ -16,9 +16,10 @@ import (
 )
 
 // writeMulti is the multi-statement writer: the stock read (and the
-// unchecked keys if readKeys), then START TRANSACTION, both INSERTs and the
-// versioned UPDATE as one multi-statement (ledger rows naming their orders
-// as LAST_INSERT_ID() + i), then COMMIT: three round trips under the lock
+// unchecked keys if readKeys), then START TRANSACTION, the INSERTs of
+// orders and ledger, the versioned UPDATE and the events' INSERT as one
+// multi-statement (ledger and event rows naming their orders from the
+// orders' first id, kept in @first_order), then COMMIT: three round trips under the lock
 // (a fourth only to rewrite deadlines a lock wait left behind).
 // It runs on s.multi, whose queries are all built here from constant SQL
 // and driver-escaped arguments. A SKU with a per-buyer limit goes to the
@@ -99,6 +100,11 @@ func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch
 		}
 	}()
 	res, err := execMulti(ctx, conn, q, args)
+	if isDupEntry(err) && strings.Contains(err.Error(), "uq_outbox_sku_seq") {
+		// The UPDATE missed (the version moved): the events were numbered
+		// from the ledger's id, not a bumped event_seq, and one was taken.
+		return 0, service.ErrConflict
+	}
 	if isDupEntry(err) {
 		return 0, errKeyRace
 	}
@@ -107,13 +113,13 @@ func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch
 	}
 	ids, affected := res.AllLastInsertIds(), res.AllRowsAffected()
 	switch {
-	case len(ids) != 4 || len(affected) != 4 || affected[1] != int64(len(rows)):
+	case len(ids) != len(batchParts) || len(affected) != len(batchParts) || affected[batchOrders] != int64(len(rows)):
 		return 0, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
-	case affected[3] == 0:
+	case affected[batchUpdate] == 0: // the events' rows, numbered from no UPDATE, go with the rollback
 		return 0, service.ErrConflict
 	}
 	for j := range rows {
-		rows[j].ID = ids[1] + int64(j)
+		rows[j].ID = ids[batchOrders] + int64(j)
 	}
 	exec := func(q string, args ...any) error { _, err := conn.ExecContext(ctx, q, args...); return err }
 	if err := settleRows(exec, cur, rows); err != nil {
@@ -128,7 +134,7 @@ func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch
 		return 0, translate(ctx, "commit", err)
 	}
 	open = false
-	return ids[1], nil
+	return ids[batchOrders], nil
 }
 
 // execMulti sends a multi-statement to the driver itself, whose result
@@ -149,33 +155,45 @@ func execMulti(ctx context.Context, conn *sql.Conn, q string, args []driver.Name
 	return res, err
 }
 
-// batchStatements is the batch's multi-statement: START TRANSACTION, the
-// orders' INSERT, the ledger's INSERT numbered from LAST_INSERT_ID() (the
-// orders' first id) and the versioned UPDATE by total (reserved or sold, as
-// cur's payment window says).
+// The statements of batchStatements, in order, and the indexes of those
+// whose results commitMulti reads.
+var batchParts = []string{"START TRANSACTION", "orders", "SET @first_order", "ledger", "UPDATE stock", "events"}
+
+const (
+	batchOrders = 1
+	batchUpdate = 4
+)
+
+// batchStatements is the batch's multi-statement (batchParts): START
+// TRANSACTION, the orders' INSERT, @first_order = its first id, the
+// ledger's INSERT, the versioned UPDATE by total (reserved or sold, as
+// cur's payment window says) numbering the events, and the events' INSERT.
 func batchStatements(sku string, rows []orderModel, cur stockModel, total int64, now time.Time) (string, []driver.NamedValue, error) {
 	insert, values := ordersInsert(rows)
 	var q strings.Builder
-	q.Grow(len(insert) + len(rows)*40 + 300)
+	q.Grow(len(insert) + len(rows)*100 + 500)
 	q.WriteString("START TRANSACTION; ")
 	q.WriteString(insert)
-	q.WriteString("; INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES ")
+	q.WriteString("; SET @first_order = LAST_INSERT_ID(); INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES ")
 	for i, r := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, '" + kindSale + "', ?, LAST_INSERT_ID() + ")
+		q.WriteString("(?, '" + kindSale + "', ?, @first_order + ")
 		q.WriteString(strconv.Itoa(i))
 		q.WriteString(", ?)")
 		values = append(values, sku, -int64(r.Quantity), now)
 	}
-	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, reserved = reserved + ?, version = version + 1, updated_at = ? " +
-		"WHERE sku = ? AND version = ? AND available >= ?")
+	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, reserved = reserved + ?, version = version + 1, " +
+		"event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ? WHERE sku = ? AND version = ? AND available >= ?; ")
 	sold, reserved := total, int64(0)
 	if cur.PaymentWindowSeconds > 0 {
 		sold, reserved = 0, total
 	}
-	values = append(values, total, sold, reserved, now, sku, cur.Version, total)
+	values = append(values, total, sold, reserved, len(rows), now, sku, cur.Version, total)
+	events, evArgs := eventsInsert(sku, placedEvents(rows), now, "@first_order")
+	q.WriteString(events)
+	values = append(values, evArgs...)
 	// Sent to the driver itself (conn.Raw), past database/sql's conversion
 	// of arguments: the same conversion here (an int, a *int64).
 	args := make([]driver.NamedValue, len(values))

@@ -48,7 +48,7 @@ func (s *Store) Transition(ctx context.Context, t service.Transition) (service.O
 		if to == service.StatusExpired {
 			cause = service.OpExpire
 		}
-		rets, err := s.move(tx, rows, to, t.PaymentRef, cause)
+		rets, err := s.move(tx, rows, to, t.PaymentRef, cause, cancelledBy(t))
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) ([]service.Return, err
 		if s.sweepHook != nil {
 			s.sweepHook()
 		}
-		rets, err = s.move(tx, rows, service.StatusExpired, "", service.OpExpire)
+		rets, err = s.move(tx, rows, service.StatusExpired, "", service.OpExpire, "")
 		return err
 	}, &lifecycleTx)
 	if err != nil {
@@ -122,10 +122,20 @@ func lockOrders(q *gorm.DB) ([]orderModel, error) {
 	return rows, nil
 }
 
+// cancelledBy is who cancels in t: the buyer when t names one, else an
+// admin.
+func cancelledBy(t service.Transition) string {
+	if t.Buyer != "" {
+		return "buyer"
+	}
+	return "admin"
+}
+
 // move writes rows, locked and reserved, to status to (storing paymentRef,
 // if any), and moves their units in the stock rows: to sold on a confirm,
-// back to available on a cancel or expiry (returns, by cause).
-func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentRef string, cause service.Op) ([]service.Return, error) {
+// back to available on a cancel or expiry (returns, by cause). Each SKU's
+// UPDATE is followed by its orders' events (by: who cancels).
+func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentRef string, cause service.Op, by string) ([]service.Return, error) {
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
@@ -144,8 +154,11 @@ func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentR
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	if to == service.StatusConfirmed {
 		for _, u := range unitsBySKU(rows) {
-			if err := tx.Exec("UPDATE stock SET reserved = reserved - ?, sold = sold + ?, updated_at = ? WHERE sku = ?",
-				u.units, u.units, now, u.sku).Error; err != nil {
+			if err := tx.Exec("UPDATE stock SET reserved = reserved - ?, sold = sold + ?, event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ? WHERE sku = ?",
+				u.units, u.units, u.orders, now, u.sku).Error; err != nil {
+				return nil, err
+			}
+			if err := insertEvents(gormExec(tx), u.sku, transitionEvents(ofSKU(rows, u.sku), to, ""), now); err != nil {
 				return nil, err
 			}
 		}
@@ -154,7 +167,18 @@ func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentR
 	if err := giveAllowanceBack(tx, rows); err != nil {
 		return nil, err
 	}
-	return s.giveUnitsBack(tx, rows, cause, now)
+	return s.giveUnitsBack(tx, rows, transitionEvents(rows, to, by), cause, now)
+}
+
+// ofSKU is the rows of sku, in rows' order.
+func ofSKU(rows []orderModel, sku string) []orderModel {
+	var out []orderModel
+	for _, r := range rows {
+		if r.SKU == sku {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // skuUnits is the units of some orders of one SKU.
@@ -214,7 +238,7 @@ func giveAllowanceBack(tx *gorm.DB, rows []orderModel) error {
 // service.AfterReturn says (its restock sequence moved by the one rule, once
 // per SKU); the version is left alone, so a return never looks like a
 // write past the lock.
-func (s *Store) giveUnitsBack(tx *gorm.DB, rows []orderModel, cause service.Op, now time.Time) ([]service.Return, error) {
+func (s *Store) giveUnitsBack(tx *gorm.DB, rows []orderModel, evs []eventRow, cause service.Op, now time.Time) ([]service.Return, error) {
 	var rets []service.Return
 	for _, u := range unitsBySKU(rows) {
 		cur, err := readStock(tx, u.sku, true)
@@ -222,8 +246,17 @@ func (s *Store) giveUnitsBack(tx *gorm.DB, rows []orderModel, cause service.Op, 
 			return nil, err
 		}
 		after := service.AfterReturn(cur.stock(), u.units, s.maxQuantity)
-		if err := tx.Exec("UPDATE stock SET available = ?, reserved = ?, restock_seq = ?, updated_at = ? WHERE sku = ?",
-			after.Available, after.Reserved, after.RestockSeq, now, u.sku).Error; err != nil {
+		if err := tx.Exec("UPDATE stock SET available = ?, reserved = ?, restock_seq = ?, event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ? WHERE sku = ?",
+			after.Available, after.Reserved, after.RestockSeq, u.orders, now, u.sku).Error; err != nil {
+			return nil, err
+		}
+		var mine []eventRow
+		for i, r := range rows {
+			if r.SKU == u.sku {
+				mine = append(mine, evs[i])
+			}
+		}
+		if err := insertEvents(gormExec(tx), u.sku, mine, now); err != nil {
 			return nil, err
 		}
 		rets = append(rets, service.Return{SKU: u.sku, Orders: u.orders, Units: u.units, Cause: cause, RestockSeq: after.RestockSeq})

@@ -186,9 +186,10 @@ func takeAllowance(tx *gorm.DB, buyer, sku string, q, limit int64, plain bool) e
 	return &service.LimitError{Limit: limit, Held: h, Requested: q}
 }
 
-// sale returns the UPDATE of a sale of q units: available down, reserved
-// (reserve) or sold up, version bumped.
-func sale(q int64, reserve bool, now time.Time) map[string]any {
+// sale returns the UPDATE of a sale of q units in orders orders: available
+// down, reserved (reserve) or sold up, version bumped, one event numbered
+// per order (bumpSeq).
+func sale(q int64, orders int, reserve bool, now time.Time) map[string]any {
 	held := "sold"
 	if reserve {
 		held = "reserved"
@@ -197,6 +198,7 @@ func sale(q int64, reserve bool, now time.Time) map[string]any {
 		"available":  gorm.Expr("available - ?", q),
 		held:         gorm.Expr(held+" + ?", q),
 		"version":    gorm.Expr("version + 1"),
+		"event_seq":  bumpSeq(orders),
 		"updated_at": now,
 	}
 }
@@ -229,6 +231,9 @@ func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
 	}
 	if row.ExpiresAt, err = settleDeadline(gormExec(tx), cur, row.ExpiresAt, []int64{row.ID}); err != nil {
 		return service.Order{}, translate(ctx, "settle deadline", err)
+	}
+	if err := insertEvents(gormExec(tx), d.SKU, placedEvents([]orderModel{row}), now); err != nil {
+		return service.Order{}, translate(ctx, "insert events", err)
 	}
 	return row.order(), nil
 }
@@ -281,19 +286,20 @@ func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.
 	switch d.Write {
 	case service.WritePlain:
 		// Absolute values from the read: a lost update when writers overlap.
-		set := map[string]any{"available": cur.Available - q, "sold": cur.Sold + q, "version": gorm.Expr("version + 1"), "updated_at": now}
+		set := map[string]any{"available": cur.Available - q, "sold": cur.Sold + q, "version": gorm.Expr("version + 1"),
+			"event_seq": bumpSeq(1), "updated_at": now}
 		if reserve {
 			delete(set, "sold")
 			set["reserved"] = cur.Reserved + q
 		}
 		upd = upd.Updates(set)
 	case service.WriteVersioned:
-		upd = versionedGuard(upd, cur, q).Updates(sale(q, reserve, now))
+		upd = versionedGuard(upd, cur, q).Updates(sale(q, 1, reserve, now))
 	case service.WriteConditional:
 		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND payment_window_seconds = ? AND restock_seq = ?",
-			q, cur.PerBuyerLimit, cur.PaymentWindowSeconds, cur.RestockSeq).Updates(sale(q, reserve, now))
+			q, cur.PerBuyerLimit, cur.PaymentWindowSeconds, cur.RestockSeq).Updates(sale(q, 1, reserve, now))
 	case service.WriteForUpdate:
-		upd = upd.Updates(sale(q, reserve, now))
+		upd = upd.Updates(sale(q, 1, reserve, now))
 	default:
 		return fmt.Errorf("repo: unknown write mode %d", d.Write)
 	}

@@ -56,6 +56,8 @@ var schemaDocs = []tableDoc{
 				"An order that arrived before the bump is answered `429 busy`, not placed.",
 			"payment_window_seconds": "How long a new order stays `reserved` awaiting payment before it expires; " +
 				"`0` = orders are `confirmed` at once.",
+			"event_seq": "The `seq` of the SKU's latest event: every change that writes events bumps it by their number " +
+				"in its `UPDATE` of this row, so a SKU's events are numbered 1, 2, 3, ... in commit order with no gaps.",
 		},
 	},
 	{
@@ -102,6 +104,62 @@ var schemaDocs = []tableDoc{
 			"buyer":    "The buyer (`orders.buyer`).",
 			"sku":      "The SKU (`stock.sku`).",
 			"quantity": "Units of the buyer's `reserved` and `confirmed` orders of the SKU; a return takes its units off.",
+		},
+	},
+	{
+		name: "outbox_events",
+		about: "The transactional outbox: one row per change another system must learn of, written in the same " +
+			"transaction as the change (`order.placed`, `order.confirmed`, `order.cancelled`, `order.expired`, " +
+			"`stock.changed`). The relays send them to NATS and the webhook; `GET /v1/admin/events` reads them. " +
+			"Pruned after `STOCK_EVENTS_RETENTION`.",
+		columns: map[string]string{
+			"id":           "The event's `id`, the same on every delivery.",
+			"sku":          "The SKU (`stock.sku`).",
+			"seq":          "Per SKU 1, 2, 3, ... in commit order, no gaps (`stock.event_seq`).",
+			"type":         "The event type.",
+			"occurred_at":  "UTC time the change was written, set by the writing process.",
+			"order_id":     "The order of an order event (`orders.id`); its buyer, quantity, deadline and payment reference are read from there.",
+			"status":       "The order's status after the change.",
+			"cancelled_by": "`buyer` or `admin`, on `order.cancelled`.",
+			"stock":        "On `stock.changed`: the row after the change, as JSON.",
+			"pos":          "The feed's position: stamped after the commit, in the order the rows became visible; `NULL` until then.",
+		},
+	},
+	{
+		name: "outbox_cursors",
+		about: "How far each sink got with each SKU, and which relay is delivering it: a relay takes a SKU by a lease " +
+			"on its row, so one relay at a time sends a SKU's events, in `seq` order.",
+		columns: map[string]string{
+			"sink":         "`nats` or `webhook`.",
+			"sku":          "The SKU (`stock.sku`).",
+			"seq":          "The last event delivered, or given up on.",
+			"owner":        "The relay holding the lease (host, pid and a random part); `NULL` when free.",
+			"lease_until":  "UTC end of the lease, on MySQL's clock; after it another relay may take the SKU over.",
+			"attempts":     "Failed attempts at the next event.",
+			"first_failed": "UTC time of the first of them; past `STOCK_WEBHOOK_MAX_AGE` the event is given up on.",
+			"retry_at":     "UTC time of the next attempt (backoff from about 1s, doubling, with jitter).",
+			"last_error":   "The last attempt's error.",
+		},
+	},
+	{
+		name:  "outbox_failures",
+		about: "Events a sink gave up on, and the redeliveries an admin asked for (`POST /v1/admin/events/{id}/redeliver`).",
+		columns: map[string]string{
+			"event_id":   "The event (`outbox_events.id`).",
+			"sink":       "The sink.",
+			"state":      "`failed`; `redeliver` (asked for again); `sending` (a relay is trying it).",
+			"attempts":   "Attempts made.",
+			"last_error": "The last attempt's error.",
+			"failed_at":  "UTC time of the last change of state.",
+		},
+	},
+	{
+		name:  "outbox_leases",
+		about: "The relays' jobs that one instance does at a time: `stamp` (the feed's positions) and `prune`.",
+		columns: map[string]string{
+			"name":        "The job.",
+			"owner":       "The relay doing it.",
+			"lease_until": "UTC end of its lease, on MySQL's clock.",
 		},
 	},
 	{

@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/seckill/stock/events"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -114,7 +115,10 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 			if err := tx.Omit("db_now").Create(&row).Error; err != nil {
 				return err
 			}
-			return tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: set.Available, CreatedAt: now}).Error
+			if err := tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: set.Available, CreatedAt: now}).Error; err != nil {
+				return err
+			}
+			return stockChanged(tx, sku, out, now)
 		}
 		if err != nil {
 			return err
@@ -139,6 +143,9 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 			if err := tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: delta, CreatedAt: now}).Error; err != nil {
 				return err
 			}
+		}
+		if err := stockChanged(tx, sku, out, now); err != nil {
+			return err
 		}
 		return recountPurchases(tx, sku, cur.PerBuyerLimit, set.PerBuyerLimit)
 	})
@@ -265,4 +272,13 @@ func auditLedger(tx *gorm.DB, a *service.Audit) error {
 	}
 	a.ReturnMismatch = bad.Orders + bad.Stray
 	return nil
+}
+
+// stockChanged numbers and writes sku's stock.changed event of the row
+// after the change (st).
+func stockChanged(tx *gorm.DB, sku string, st service.Stock, now time.Time) error {
+	if err := tx.Exec("UPDATE stock SET event_seq = LAST_INSERT_ID(event_seq + 1) WHERE sku = ?", sku).Error; err != nil {
+		return err
+	}
+	return insertEvents(gormExec(tx), sku, []eventRow{{typ: events.StockChanged, stock: stockEvent(st)}}, now)
 }
