@@ -479,3 +479,9 @@ func (s *Store) Backlog(ctx context.Context, sink string) (outbox.Backlog, error
 	err = s.sql.QueryRowContext(ctx, "SELECT COUNT(*) FROM outbox_failures WHERE sink = ? AND state = 'failed'", sink).Scan(&b.Failed)
 	return b, translate(ctx, "read backlog", err)
 }
+
+// EventsOf returns the events written for sku, in seq order (the store
+// contract reads them).
+func (s *Store) EventsOf(ctx context.Context, sku string) ([]events.Event, error) {
+	return s.After(ctx, sku, 0, 1<<20)
+}

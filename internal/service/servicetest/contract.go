@@ -64,6 +64,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"OneBumpPerSKUAndSweep", contractOneBumpPerSKUAndSweep},
 		{"DeadlineAfterLockWait", contractDeadlineAfterLockWait},
 		{"ConcurrentTransitions", contractConcurrentTransitions},
+		{"Events", contractEvents},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strconv"
 	"time"
 
+	"github.com/seckill/stock/events"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -38,7 +40,11 @@ func (m *MemStore) Transition(ctx context.Context, t service.Transition) (servic
 	if to == service.StatusExpired {
 		cause = service.OpExpire
 	}
-	rets := m.move([]int64{o.ID}, to, t.PaymentRef, cause)
+	by := "admin"
+	if t.Buyer != "" {
+		by = "buyer"
+	}
+	rets := m.move([]int64{o.ID}, to, t.PaymentRef, cause, by)
 	out.Order, out.Moved = cloneOrder(m.orders[t.ID]), true
 	if len(rets) > 0 {
 		out.Return = &rets[0]
@@ -66,7 +72,7 @@ func (m *MemStore) ExpireDue(ctx context.Context, limit int) ([]service.Return, 
 	for _, o := range due[:min(limit, len(due))] {
 		ids = append(ids, o.ID)
 	}
-	return m.move(ids, service.StatusExpired, "", service.OpExpire), nil
+	return m.move(ids, service.StatusExpired, "", service.OpExpire, ""), nil
 }
 
 // OverdueFor is how long the oldest reserved order past its deadline has
@@ -91,8 +97,9 @@ func (m *MemStore) OverdueFor(ctx context.Context) (time.Duration, error) {
 // allowance and, per SKU, to available as service.AfterReturn says (one
 // restock-sequence change per SKU, as the MySQL store makes it), with a
 // return ledger entry per order. It returns the returns per SKU, in SKU
-// order. The caller holds m.mu.
-func (m *MemStore) move(ids []int64, to service.Status, paymentRef string, cause service.Op) []service.Return {
+// order. Each order's event is written with it (by: who cancels). The
+// caller holds m.mu.
+func (m *MemStore) move(ids []int64, to service.Status, paymentRef string, cause service.Op, by string) []service.Return {
 	per := map[string]*service.Return{}
 	for _, id := range ids {
 		o := m.orders[id]
@@ -101,6 +108,7 @@ func (m *MemStore) move(ids []int64, to service.Status, paymentRef string, cause
 			o.PaymentRef = paymentRef
 		}
 		m.orders[id] = o
+		m.emit(o.SKU, transitionType[to], &o, by)
 		st, q := m.stock[o.SKU], int64(o.Quantity)
 		if to == service.StatusConfirmed {
 			st.Reserved -= q
@@ -128,4 +136,45 @@ func (m *MemStore) move(ids []int64, to service.Status, paymentRef string, cause
 	}
 	slices.SortFunc(rets, func(a, b service.Return) int { return cmp.Compare(a.SKU, b.SKU) })
 	return rets
+}
+
+// transitionType is the event of an order moved to a status.
+var transitionType = map[service.Status]string{service.StatusConfirmed: events.OrderConfirmed,
+	service.StatusCancelled: events.OrderCancelled, service.StatusExpired: events.OrderExpired}
+
+// emit records sku's next event, of order o when set (by: who cancels,
+// on order.cancelled). The caller holds m.mu.
+func (m *MemStore) emit(sku, typ string, o *service.Order, by string) {
+	m.lastEvent++
+	e := events.Event{ID: strconv.FormatInt(m.lastEvent, 10), Type: typ, OccurredAt: now(), SKU: sku, Seq: int64(len(m.events[sku]) + 1)}
+	if o != nil {
+		e.Order = &events.Order{ID: o.ID, Buyer: o.Buyer, Quantity: o.Quantity, Status: string(o.Status)}
+		if o.ExpiresAt != nil {
+			t := o.ExpiresAt.Time
+			e.Order.ExpiresAt = &t
+		}
+		if typ == events.OrderConfirmed && o.PaymentRef != "" {
+			ref := o.PaymentRef
+			e.Order.PaymentRef = &ref
+		}
+		if typ == events.OrderCancelled {
+			e.Order.CancelledBy = by
+		}
+	}
+	m.events[sku] = append(m.events[sku], e)
+}
+
+// emitStock records stock.changed of the row st.
+func (m *MemStore) emitStock(st service.Stock) {
+	m.emit(st.SKU, events.StockChanged, nil, "")
+	evs := m.events[st.SKU]
+	evs[len(evs)-1].Stock = &events.Stock{Available: st.Available, Reserved: st.Reserved, Sold: st.Sold,
+		PerBuyerLimit: st.PerBuyerLimit, PaymentWindowSeconds: st.PaymentWindowSeconds}
+}
+
+// EventsOf returns the events written for sku, in seq order.
+func (m *MemStore) EventsOf(_ context.Context, sku string) ([]events.Event, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.events[sku]), nil
 }

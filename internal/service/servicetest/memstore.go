@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seckill/stock/events"
 	"github.com/seckill/stock/internal/service"
 )
 
@@ -49,6 +50,8 @@ type MemStore struct {
 	purchases map[buyerSKU]int64
 	ledger    map[string][]ledgerEntry
 	lastID    int64
+	events    map[string][]events.Event // per SKU, in seq order (the outbox)
+	lastEvent int64
 
 	conflicts int
 	failures  []error
@@ -88,7 +91,7 @@ func (m *MemStore) maxQuantity() int64 {
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{
+	return &MemStore{events: map[string][]events.Event{},
 		rows:      make(map[string]*sync.Mutex),
 		stock:     make(map[string]*memStock),
 		orders:    make(map[int64]service.Order),
@@ -339,6 +342,7 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSe
 			PaymentWindowSeconds: set.PaymentWindowSeconds}, stocked: set.Available}
 		m.stock[sku] = st
 		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{kind: "restock", delta: set.Available})
+		m.emitStock(st.Stock)
 		return st.Stock, nil
 	}
 	from := st.PerBuyerLimit
@@ -357,6 +361,7 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSe
 	if from == 0 && set.PerBuyerLimit != 0 {
 		m.recountPurchases(sku)
 	}
+	m.emitStock(st.Stock)
 	return st.Stock, nil
 }
 
@@ -498,6 +503,7 @@ func (m *MemStore) finish(s *staged, beforeCommit func() error) error {
 		m.orders[o.ID] = o
 		m.byKey[service.BuyerKey{Buyer: o.Buyer, Key: o.Key}] = o.ID
 		m.ledger[s.sku] = append(m.ledger[s.sku], ledgerEntry{kind: "sale", delta: -int64(o.Quantity), orderID: o.ID})
+		m.emit(s.sku, events.OrderPlaced, &o, "")
 	}
 	for k, q := range s.purchases {
 		m.purchases[k] = q
