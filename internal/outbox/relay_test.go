@@ -317,3 +317,24 @@ func TestGiveUpAndRedeliver(t *testing.T) {
 		return len(p.Events) == 2 && p.Events[0].Delivery["webhook"] == "delivered"
 	})
 }
+
+// The backlog counts what a sink has not had, and its oldest's age.
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	sale(t, s)
+	b, err := s.Outbox().Backlog(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Pending != 13 || b.Oldest <= 0 || b.Failed != 0 {
+		t.Errorf("before delivery: %+v, want 13 pending", b)
+	}
+	a := &recorder{name: "a"}
+	run(t, s, "r1", outbox.Target{Sink: a})
+	waitFor(t, "no backlog", func() bool {
+		b, err := s.Outbox().Backlog(ctx, "a")
+		return err == nil && b.Pending == 0 && b.Oldest == 0
+	})
+}

@@ -465,13 +465,18 @@ func (s *Store) Prune(ctx context.Context, before time.Time, limit int) (int, er
 	return int(n), translate(ctx, "prune events", tx.Commit())
 }
 
-// Backlog is what sink has not delivered (outbox.Store).
+// Backlog is what sink has not delivered (outbox.Store): per SKU behind
+// its cursor, the gap between the stock row's event_seq and the cursor, and
+// the age of the event just past the cursor (the oldest pending one). It
+// reads a row per SKU, not the events.
 func (s *Store) Backlog(ctx context.Context, sink string) (outbox.Backlog, error) {
 	var b outbox.Backlog
-	var oldest sql.NullInt64
-	err := s.sql.QueryRowContext(ctx, `SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(e.occurred_at), UTC_TIMESTAMP(6))
-		FROM outbox_events e LEFT JOIN outbox_cursors c ON c.sink = ? AND c.sku = e.sku
-		WHERE e.seq > COALESCE(c.seq, 0)`, sink).Scan(&b.Pending, &oldest)
+	var pending, oldest sql.NullInt64
+	err := s.sql.QueryRowContext(ctx, `SELECT SUM(s.event_seq - COALESCE(c.seq, 0)), TIMESTAMPDIFF(MICROSECOND, MIN(e.occurred_at), UTC_TIMESTAMP(6))
+		FROM stock s LEFT JOIN outbox_cursors c ON c.sink = ? AND c.sku = s.sku
+		LEFT JOIN outbox_events e ON e.sku = s.sku AND e.seq = COALESCE(c.seq, 0) + 1
+		WHERE s.event_seq > COALESCE(c.seq, 0)`, sink).Scan(&pending, &oldest)
+	b.Pending = pending.Int64
 	if err != nil {
 		return b, translate(ctx, "read backlog", err)
 	}
