@@ -39,6 +39,9 @@ const (
 	KindLockLost             = "lock-lost"
 	KindUnavailable          = "unavailable"
 	KindInternal             = "internal"
+	KindEventNotFound        = "event-not-found"
+	KindEventNotDelivered    = "event-not-delivered"
+	KindWebhookDisabled      = "webhook-disabled"
 )
 
 // Problem is a non-2xx answer: the service's problem document, or, for an

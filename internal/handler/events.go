@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -35,7 +36,15 @@ func (h *Handler) listEvents(c *gin.Context) {
 		}
 		limit = n
 	}
-	page, err := h.feed.Page(c.Request.Context(), c.Query("after"), c.Query("sku"), limit)
+	sku := c.Query("sku")
+	if sku != "" && !service.ValidKey(sku) {
+		_ = c.Error(fmt.Errorf("%w: sku must be 1-64 characters of [A-Za-z0-9._:-]", service.ErrInvalid))
+		return
+	}
+	page, err := h.feed.Page(c.Request.Context(), c.Query("after"), sku, limit)
+	if errors.Is(err, outbox.ErrBadCursor) {
+		err = fmt.Errorf("%w: after must be the next of a page of the feed", service.ErrInvalid)
+	}
 	if err != nil {
 		_ = c.Error(err)
 		return
@@ -61,7 +70,6 @@ type redeliverAnswer struct {
 
 // The feed's problems (in problems).
 var eventProblems = []kind{
-	{err: outbox.ErrBadCursor, status: http.StatusBadRequest, kind: "invalid-request", title: "The request is invalid", showCause: false},
 	{err: outbox.ErrBadEventID, status: http.StatusNotFound, kind: "event-not-found", title: "No such event"},
 	{err: outbox.ErrNoEvent, status: http.StatusNotFound, kind: "event-not-found", title: "No such event"},
 	{err: outbox.ErrNotDelivered, status: http.StatusConflict, kind: "event-not-delivered", title: "The event is not delivered yet; it is sent in its turn"},

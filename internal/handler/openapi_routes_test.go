@@ -21,7 +21,9 @@ import (
 func docHandler(t *testing.T) http.Handler {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	h, err := handler.New(handler.Config{AdminToken: adminToken, ServeMetrics: true, CORSOrigins: []string{"https://shop.example"}}, nil, nil, metrics.New(reg), reg)
+	feed, _ := fakeFeed() // the feed routes are served only with a feed
+	h, err := handler.New(handler.Config{AdminToken: adminToken, ServeMetrics: true, CORSOrigins: []string{"https://shop.example"}, Events: feed},
+		nil, nil, metrics.New(reg), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

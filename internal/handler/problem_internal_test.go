@@ -84,7 +84,8 @@ func TestClientKnowsEveryKind(t *testing.T) {
 		client.KindMethodNotAllowed, client.KindUnknownSKU, client.KindOrderNotFound, client.KindSoldOut,
 		client.KindLimitExceeded, client.KindOrderExpired, client.KindOrderCancelled, client.KindOrderConfirmed,
 		client.KindKeyReused, client.KindRateLimited, client.KindOverloaded, client.KindRequestInProgress,
-		client.KindBusy, client.KindLockLost, client.KindUnavailable, client.KindInternal} {
+		client.KindBusy, client.KindLockLost, client.KindUnavailable, client.KindInternal, client.KindEventNotFound,
+		client.KindEventNotDelivered, client.KindWebhookDisabled} {
 		known[k] = true
 	}
 	for _, k := range append(problems, internalProblem) {
