@@ -10,7 +10,10 @@
 // of order) and can read the feed to fill the gap.
 package events
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The event types.
 const (
@@ -80,4 +83,60 @@ type FeedEvent struct {
 type Page struct {
 	Events []FeedEvent `json:"events"`
 	Next   string      `json:"next"`
+}
+
+// TimeFormat is how an event writes its times: RFC 3339 in UTC with
+// exactly six fractional digits (microseconds).
+const TimeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// MarshalJSON writes e with its times in TimeFormat, fields in the order
+// of Event; any RFC 3339 reader (time.Time's UnmarshalJSON too) reads them
+// back.
+func (e Event) MarshalJSON() ([]byte, error) {
+	out := eventJSON{ID: e.ID, Type: e.Type, OccurredAt: e.OccurredAt.UTC().Format(TimeFormat), SKU: e.SKU, Seq: e.Seq, Stock: e.Stock}
+	if o := e.Order; o != nil {
+		out.Order = &orderJSON{ID: o.ID, Buyer: o.Buyer, Quantity: o.Quantity, Status: o.Status, PaymentRef: o.PaymentRef, CancelledBy: o.CancelledBy}
+		if o.ExpiresAt != nil {
+			s := o.ExpiresAt.UTC().Format(TimeFormat)
+			out.Order.ExpiresAt = &s
+		}
+	}
+	return json.Marshal(out)
+}
+
+// eventJSON and orderJSON are Event and Order as written, times formatted.
+type eventJSON struct {
+	ID         string     `json:"id"`
+	Type       string     `json:"type"`
+	OccurredAt string     `json:"occurred_at"`
+	SKU        string     `json:"sku"`
+	Seq        int64      `json:"seq"`
+	Order      *orderJSON `json:"order,omitempty"`
+	Stock      *Stock     `json:"stock,omitempty"`
+}
+
+type orderJSON struct {
+	ID          int64   `json:"id"`
+	Buyer       string  `json:"buyer"`
+	Quantity    int     `json:"quantity"`
+	Status      string  `json:"status"`
+	ExpiresAt   *string `json:"expires_at"`
+	PaymentRef  *string `json:"payment_ref"`
+	CancelledBy string  `json:"cancelled_by,omitempty"`
+}
+
+// MarshalJSON writes f as its Event does, with its position and delivery.
+func (f FeedEvent) MarshalJSON() ([]byte, error) {
+	ev, err := f.Event.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	extra, err := json.Marshal(struct {
+		Position int64             `json:"position"`
+		Delivery map[string]string `json:"delivery,omitempty"`
+	}{f.Position, f.Delivery})
+	if err != nil {
+		return nil, err
+	}
+	return append(append(ev[:len(ev)-1], ','), extra[1:]...), nil
 }

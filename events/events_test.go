@@ -28,7 +28,7 @@ func TestEventJSON(t *testing.T) {
 				Order: &events.Order{ID: 7, Buyer: "alice", Quantity: 2, Status: "reserved", ExpiresAt: &deadline},
 			},
 			want: `{"id":"ev-1","type":"order.placed","occurred_at":"2026-12-02T10:00:00.123456Z","sku":"sku-1","seq":1,` +
-				`"order":{"id":7,"buyer":"alice","quantity":2,"status":"reserved","expires_at":"2026-12-02T10:15:00Z","payment_ref":null}}`,
+				`"order":{"id":7,"buyer":"alice","quantity":2,"status":"reserved","expires_at":"2026-12-02T10:15:00.000000Z","payment_ref":null}}`,
 		},
 		{
 			name: "order confirmed",
@@ -37,7 +37,7 @@ func TestEventJSON(t *testing.T) {
 				Order: &events.Order{ID: 7, Buyer: "alice", Quantity: 2, Status: "confirmed", ExpiresAt: &deadline, PaymentRef: &ref},
 			},
 			want: `{"id":"ev-2","type":"order.confirmed","occurred_at":"2026-12-02T10:00:00.123456Z","sku":"sku-1","seq":2,` +
-				`"order":{"id":7,"buyer":"alice","quantity":2,"status":"confirmed","expires_at":"2026-12-02T10:15:00Z","payment_ref":"pay-42"}}`,
+				`"order":{"id":7,"buyer":"alice","quantity":2,"status":"confirmed","expires_at":"2026-12-02T10:15:00.000000Z","payment_ref":"pay-42"}}`,
 		},
 		{
 			name: "order cancelled",
@@ -54,7 +54,7 @@ func TestEventJSON(t *testing.T) {
 				ID: "ev-4", Type: events.StockChanged, OccurredAt: deadline, SKU: "sku-1", Seq: 4,
 				Stock: &events.Stock{Available: 90, Reserved: 3, Sold: 7, PerBuyerLimit: 2, PaymentWindowSeconds: 900},
 			},
-			want: `{"id":"ev-4","type":"stock.changed","occurred_at":"2026-12-02T10:15:00Z","sku":"sku-1","seq":4,` +
+			want: `{"id":"ev-4","type":"stock.changed","occurred_at":"2026-12-02T10:15:00.000000Z","sku":"sku-1","seq":4,` +
 				`"stock":{"available":90,"reserved":3,"sold":7,"per_buyer_limit":2,"payment_window_seconds":900}}`,
 		},
 	}
@@ -93,5 +93,24 @@ func TestTypes(t *testing.T) {
 	want := []string{"order.placed", "order.confirmed", "order.cancelled", "order.expired", "stock.changed"}
 	if got := events.Types(); !slices.Equal(got, want) {
 		t.Errorf("Types() = %q; want %q", got, want)
+	}
+}
+
+// A feed event is its event's JSON with its position and delivery state.
+func TestFeedEventJSON(t *testing.T) {
+	f := events.FeedEvent{Event: events.Event{ID: "9", Type: events.StockChanged, OccurredAt: time.Date(2026, 12, 2, 10, 0, 0, 5000, time.UTC),
+		SKU: "s", Seq: 1, Stock: &events.Stock{Available: 1}}, Position: 4, Delivery: map[string]string{"nats": "delivered"}}
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"9","type":"stock.changed","occurred_at":"2026-12-02T10:00:00.000005Z","sku":"s","seq":1,` +
+		`"stock":{"available":1,"reserved":0,"sold":0,"per_buyer_limit":0,"payment_window_seconds":0},"position":4,"delivery":{"nats":"delivered"}}`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	var back events.FeedEvent
+	if err := json.Unmarshal(b, &back); err != nil || back.Position != 4 || back.Delivery["nats"] != "delivered" || !back.OccurredAt.Equal(f.OccurredAt) {
+		t.Fatalf("round trip: %+v %v", back, err)
 	}
 }
