@@ -240,7 +240,7 @@ type Events struct {
 	WebhookSecret string `env:"STOCK_WEBHOOK_SECRET"`
 	// One attempt's deadline.
 	WebhookTimeout time.Duration `env:"STOCK_WEBHOOK_TIMEOUT" envDefault:"5s" min:"100ms"`
-	// Longest wait between attempts (from about 1s, doubling).
+	// Longest wait between attempts (from about 1s, doubling); NATS's too.
 	WebhookMaxBackoff time.Duration `env:"STOCK_WEBHOOK_MAX_BACKOFF" envDefault:"1m" min:"1s"`
 	// How long an event is retried before it is marked failed (and the
 	// SKU's next is sent).

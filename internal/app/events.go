@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -25,7 +26,8 @@ func (a *App) targets(cfg Events, log *slog.Logger) ([]outbox.Target, error) {
 			return nil, fmt.Errorf("STOCK_EVENTS_NATS_URL: %w", err)
 		}
 		a.closers = append(a.closers, s.Close)
-		ts = append(ts, outbox.Target{Sink: s, MaxBackoff: cfg.WebhookMaxBackoff})
+		// A publish waits for JetStream's ack: 2s is long on a LAN.
+		ts = append(ts, outbox.Target{Sink: s, MaxBackoff: cfg.WebhookMaxBackoff, Timeout: 2 * time.Second})
 	}
 	if cfg.WebhookURL != "" {
 		s, err := hooksink.New(hooksink.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret, Timeout: cfg.WebhookTimeout})

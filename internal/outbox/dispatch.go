@@ -115,12 +115,12 @@ func (d *dispatcher) start(ctx context.Context, wg *sync.WaitGroup) {
 // is done, until new events come).
 func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 	r, name := d.r, d.t.Sink.Name()
-	c, ok, err := r.store.Claim(ctx, name, sku, r.cfg.Owner, r.cfg.Lease)
+	c, ok, err := r.store.Claim(ctx, name, sku, r.cfg.Owner, d.lease())
 	switch {
 	case err != nil:
 		return time.Second
 	case !ok: // another relay's: look again once its lease may have lapsed
-		return r.cfg.Lease
+		return d.lease()
 	case time.Now().Before(c.RetryAt):
 		_ = r.store.Release(ctx, name, sku, r.cfg.Owner)
 		return time.Until(c.RetryAt)
@@ -154,7 +154,7 @@ func (d *dispatcher) deliver(ctx context.Context, sku string, c *Cursor, evs []e
 		if sent == c.Seq {
 			return true
 		}
-		ok, err := r.store.Advance(ctx, name, sku, r.cfg.Owner, sent, r.cfg.Lease)
+		ok, err := r.store.Advance(ctx, name, sku, r.cfg.Owner, sent, d.lease())
 		if err != nil || !ok {
 			return false
 		}
@@ -166,7 +166,7 @@ func (d *dispatcher) deliver(ctx context.Context, sku string, c *Cursor, evs []e
 		err := r.send(ctx, d.t, e)
 		if err == nil {
 			sent = e.Seq
-			if time.Since(renewed) > r.cfg.Lease/3 && !advance() {
+			if time.Since(renewed) > d.lease()/3 && !advance() {
 				return 0, false
 			}
 			continue
@@ -191,7 +191,7 @@ func (d *dispatcher) failed(ctx context.Context, sku string, c *Cursor, e events
 	if d.t.MaxAge > 0 && time.Since(c.FirstFailed) >= d.t.MaxAge {
 		r.obs.AttemptFailed(name, true)
 		r.log.Warn("outbox: event given up on", "sink", name, "event", e.ID, "sku", sku, "attempts", c.Attempts, "err", sendErr)
-		ok, err := r.store.GiveUp(ctx, name, sku, r.cfg.Owner, e, *c, r.cfg.Lease)
+		ok, err := r.store.GiveUp(ctx, name, sku, r.cfg.Owner, e, *c, d.lease())
 		if err != nil || !ok {
 			return time.Second, false
 		}
@@ -210,4 +210,12 @@ func (d *dispatcher) failed(ctx context.Context, sku string, c *Cursor, e events
 func idOf(e events.Event) int64 {
 	id, _ := strconv.ParseInt(e.ID, 10, 64)
 	return id
+}
+
+// lease is how long this target's SKU cursors are held without renewal:
+// the relay's Lease, or longer than one attempt when an attempt may take
+// longer (a slow send must not outlive the lease it was started under, or
+// another relay could send the SKU's next events beside it).
+func (d *dispatcher) lease() time.Duration {
+	return max(d.r.cfg.Lease, d.t.Timeout+time.Second)
 }

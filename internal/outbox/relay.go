@@ -44,7 +44,8 @@ type Config struct {
 	// Tick is how often new events are looked for (default 50ms).
 	Tick time.Duration
 	// Lease is how long a SKU's cursor is held without renewal; a dead
-	// relay's SKUs are taken over after it (default 3s).
+	// relay's SKUs are taken over after it (default 3s; for a target whose
+	// Timeout is longer, its Timeout plus 1s).
 	Lease time.Duration
 	// Workers bounds the SKUs one target delivers at once (default 16).
 	Workers int
