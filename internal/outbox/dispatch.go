@@ -120,7 +120,7 @@ func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 	case err != nil:
 		return time.Second
 	case !ok: // another relay's: look again once its lease may have lapsed
-		return d.lease()
+		return c.LeaseLeft + 10*time.Millisecond
 	case time.Now().Before(c.RetryAt):
 		_ = r.store.Release(ctx, name, sku, r.cfg.Owner)
 		return time.Until(c.RetryAt)

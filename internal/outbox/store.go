@@ -33,6 +33,9 @@ type Cursor struct {
 	FirstFailed time.Time
 	RetryAt     time.Time
 	LastError   string
+	// LeaseLeft is what is left of another owner's lease (from Claim, when
+	// it was not taken).
+	LeaseLeft time.Duration
 }
 
 // FeedQuery selects a page of the feed.

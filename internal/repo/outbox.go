@@ -292,12 +292,15 @@ func (s *Store) Claim(ctx context.Context, sink, sku, owner string, ttl time.Dur
 	var c outbox.Cursor
 	var holder, lastErr sql.NullString
 	var first, retry sql.NullTime
-	err = s.sql.QueryRowContext(ctx, "SELECT seq, owner, attempts, first_failed, retry_at, last_error FROM outbox_cursors WHERE sink = ? AND sku = ?",
-		sink, sku).Scan(&c.Seq, &holder, &c.Attempts, &first, &retry, &lastErr)
+	var left sql.NullInt64
+	err = s.sql.QueryRowContext(ctx, `SELECT seq, owner, attempts, first_failed, retry_at, last_error,
+		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) FROM outbox_cursors WHERE sink = ? AND sku = ?`,
+		sink, sku).Scan(&c.Seq, &holder, &c.Attempts, &first, &retry, &lastErr, &left)
 	if err != nil {
 		return outbox.Cursor{}, false, translate(ctx, "claim cursor", err)
 	}
 	c.FirstFailed, c.RetryAt, c.LastError = first.Time, retry.Time, lastErr.String
+	c.LeaseLeft = max(time.Duration(left.Int64)*time.Microsecond, 0)
 	return c, holder.String == owner, nil
 }
 

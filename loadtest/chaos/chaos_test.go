@@ -71,6 +71,11 @@ var scenarios = []scenario{
 	{id: "N5", name: "network: the etcd leader partitioned from the other members", run: etcdLeaderPartitioned},
 	{id: "N6", name: "network: 20±10ms on the MySQL links, then on the Redis links", short: true, run: slowLinks},
 	{id: "N7", name: "network: connections cut mid-reply (limit_data), Redis then MySQL", run: brokenReplies},
+	{id: "O1", name: "outbox: a relay SIGKILLed between delivering and marking", short: true, run: killRelay},
+	{id: "O2", name: "outbox: nats-server stopped 5s under load, then started again", run: natsRestart},
+	{id: "O3", name: "outbox: the webhook receiver answering 500, then timing out, then 200", short: true, run: webhookDown},
+	{id: "O4", name: "outbox: a transaction rolled back after writing its events", short: true, run: rolledBack},
+	{id: "O5", name: "outbox: MariaDB killed and restarted mid-sale", run: mariadbKilled},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses
