@@ -111,8 +111,9 @@ func (d *dispatcher) start(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // work delivers sku's events to the target while it holds the SKU's
-// cursor. It returns how long to wait before trying the SKU again (0: it
-// is done, until new events come).
+// cursor, and keeps the cursor while new events come, letting it go after
+// a third of its lease without any. It returns how long to wait before
+// trying the SKU again (0: it is done, until new events come).
 func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 	r, name := d.r, d.t.Sink.Name()
 	c, ok, err := r.store.Claim(ctx, name, sku, r.cfg.Owner, d.lease())
@@ -125,63 +126,101 @@ func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 		_ = r.store.Release(ctx, name, sku, r.cfg.Owner)
 		return time.Until(c.RetryAt)
 	}
+	h := &hold{d: d, sku: sku, c: c, sent: c.Seq, marked: time.Now()}
+	var idle time.Time
 	for ctx.Err() == nil {
-		evs, err := r.store.After(ctx, sku, c.Seq, r.cfg.Batch)
+		evs, err := r.store.After(ctx, sku, h.sent, r.cfg.Batch)
 		if err != nil {
-			_ = r.store.Release(ctx, name, sku, r.cfg.Owner)
-			return time.Second
+			return h.release(ctx, time.Second)
 		}
 		if len(evs) == 0 {
-			_ = r.store.Release(ctx, name, sku, r.cfg.Owner)
-			return 0
+			if idle.IsZero() {
+				idle = time.Now()
+			}
+			if time.Since(idle) > d.lease()/3 || !h.mark(ctx, false) {
+				return h.release(ctx, 0)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(r.cfg.Tick):
+			}
+			continue
 		}
-		wait, held := d.deliver(ctx, sku, &c, evs)
-		if !held || wait > 0 {
+		idle = time.Time{}
+		if wait, held := h.deliver(ctx, evs); !held || wait > 0 {
 			return max(wait, time.Millisecond)
 		}
 	}
-	return 0
+	return h.release(context.WithoutCancel(ctx), 0)
 }
 
-// deliver sends evs in order and moves the cursor past what went
-// (renewing the lease at least every third of it). On a failed attempt it
-// records the retry (or gives the event up past MaxAge) and says how long
-// to wait. held is false once the lease was lost to another relay.
-func (d *dispatcher) deliver(ctx context.Context, sku string, c *Cursor, evs []events.Event) (wait time.Duration, held bool) {
-	r, name := d.r, d.t.Sink.Name()
-	sent, renewed := c.Seq, time.Now()
-	advance := func() bool {
-		if sent == c.Seq {
-			return true
-		}
-		ok, err := r.store.Advance(ctx, name, sku, r.cfg.Owner, sent, d.lease())
-		if err != nil || !ok {
-			return false
-		}
-		*c = Cursor{Seq: sent}
-		renewed = time.Now()
+// hold is a worker's hold of one SKU's cursor: c as stored (c.Seq the last
+// event marked), sent the last event sent, marked when the cursor (and its
+// lease) was last written.
+type hold struct {
+	d      *dispatcher
+	sku    string
+	c      Cursor
+	sent   int64
+	marked time.Time
+}
+
+// markEvery is how often a hold writes its cursor while it sends: what a
+// relay killed between sending and marking sends again is at most this
+// much.
+const markEvery = 200 * time.Millisecond
+
+// mark writes the cursor at sent (renewing the lease) when it is behind
+// and markEvery has passed, or when the lease needs renewing, or always
+// with force. It reports whether the lease is still held.
+func (h *hold) mark(ctx context.Context, force bool) bool {
+	since := time.Since(h.marked)
+	if !force && (h.sent == h.c.Seq || since < markEvery) && since < h.d.lease()/3 {
 		return true
 	}
+	r := h.d.r
+	ok, err := r.store.Advance(ctx, h.d.t.Sink.Name(), h.sku, r.cfg.Owner, h.sent, h.d.lease())
+	if err != nil || !ok {
+		return false
+	}
+	h.c, h.marked = Cursor{Seq: h.sent}, time.Now()
+	return true
+}
+
+// release marks what was sent, lets the cursor go and returns wait.
+func (h *hold) release(ctx context.Context, wait time.Duration) time.Duration {
+	if h.sent != h.c.Seq && !h.mark(ctx, true) {
+		return max(wait, time.Millisecond) // lost: the lease's new owner goes on
+	}
+	_ = h.d.r.store.Release(ctx, h.d.t.Sink.Name(), h.sku, h.d.r.cfg.Owner)
+	return wait
+}
+
+// deliver sends evs in order, marking as it goes (mark). On a failed
+// attempt it marks what went, records the retry (or gives the event up
+// past MaxAge) and says how long to wait. held is false once the lease was
+// lost to another relay.
+func (h *hold) deliver(ctx context.Context, evs []events.Event) (wait time.Duration, held bool) {
 	for _, e := range evs {
-		err := r.send(ctx, d.t, e)
+		err := h.d.r.send(ctx, h.d.t, e)
 		if err == nil {
-			sent = e.Seq
-			if time.Since(renewed) > d.lease()/3 && !advance() {
+			h.sent = e.Seq
+			if !h.mark(ctx, false) {
 				return 0, false
 			}
 			continue
 		}
-		if !advance() {
+		if !h.mark(ctx, h.sent != h.c.Seq) {
 			return 0, false
 		}
-		return d.failed(ctx, sku, c, e, err)
+		return h.d.failed(ctx, h.sku, &h.c, e, err, &h.sent)
 	}
-	return 0, advance()
+	return 0, true
 }
 
 // failed records a failed attempt at e: a retry after the backoff, or,
 // past the target's MaxAge, e given up on (and the SKU goes on at once).
-func (d *dispatcher) failed(ctx context.Context, sku string, c *Cursor, e events.Event, sendErr error) (time.Duration, bool) {
+func (d *dispatcher) failed(ctx context.Context, sku string, c *Cursor, e events.Event, sendErr error, sent *int64) (time.Duration, bool) {
 	r, name := d.r, d.t.Sink.Name()
 	c.Attempts++
 	c.LastError = sendErr.Error()
@@ -195,7 +234,7 @@ func (d *dispatcher) failed(ctx context.Context, sku string, c *Cursor, e events
 		if err != nil || !ok {
 			return time.Second, false
 		}
-		*c = Cursor{Seq: e.Seq}
+		*c, *sent = Cursor{Seq: e.Seq}, e.Seq
 		return 0, true
 	}
 	wait := backoff(c.Attempts, d.t.MaxBackoff)

@@ -108,18 +108,26 @@ func (r *Relay) Run(ctx context.Context) {
 }
 
 // runJobs stamps feed positions every tick and prunes every minute, each
-// while this relay holds its lease.
+// while this relay holds its lease. The stamp lease is asked for (taken or
+// renewed) every third of it, not every tick.
 func (r *Relay) runJobs(ctx context.Context) {
 	tick := time.NewTicker(r.cfg.Tick)
 	defer tick.Stop()
-	var lastPrune time.Time
+	var lastPrune, asked time.Time
+	stamping := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if ok, err := r.store.TakeLease(ctx, "stamp", r.cfg.Owner, r.cfg.Lease); err == nil && ok {
+		if time.Since(asked) >= r.cfg.Lease/3 {
+			asked = time.Now()
+			ok, err := r.store.TakeLease(ctx, "stamp", r.cfg.Owner, r.cfg.Lease)
+			stamping = err == nil && ok
+		}
+		if stamping {
+			var err error
 			for n := 1000; n == 1000 && ctx.Err() == nil; {
 				if n, err = r.store.Stamp(ctx, 1000); err != nil {
 					r.log.Warn("outbox: stamping the feed failed", "err", err)

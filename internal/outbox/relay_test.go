@@ -170,9 +170,9 @@ func TestRelayDeliversEveryChange(t *testing.T) {
 		t.Errorf("events by type %v", byType)
 	}
 	feed := outbox.Feed{Store: s.Outbox(), Sinks: []string{"a"}}
-	waitFor(t, "every event stamped in the feed", func() bool {
+	waitFor(t, "every event stamped in the feed, marked delivered", func() bool {
 		p, err := feed.Page(context.Background(), "", "", 100)
-		return err == nil && len(p.Events) == 13
+		return err == nil && len(p.Events) == 13 && !slices.ContainsFunc(p.Events, func(e events.FeedEvent) bool { return e.Delivery["a"] != "delivered" })
 	})
 	var paged []events.Event
 	after := ""
