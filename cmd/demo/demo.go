@@ -60,6 +60,7 @@ type options struct {
 	gates      *gatesOpts     // nil: no gates phase
 	wrk        *wrkOptions    // nil: no wrk phase
 	lifecycle  *lifecycleOpts // nil: no lifecycle phase
+	outbox     *outboxOpts    // nil: no outbox phase
 }
 
 // ceilingOpts sizes the ceiling phase.
@@ -102,11 +103,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // phaseFlags are the flags that choosePhases turns into o's phases.
 type phaseFlags struct {
 	strats, phases, gateList *string
+	sinkList                 *string
 	tpRateLimit              *bool
 	gates                    gatesOpts
 	ceil                     ceilingOpts
 	wrk                      wrkOptions
 	life                     lifecycleOpts
+	outbox                   outboxOpts
 	sell, tp                 phase
 }
 
@@ -117,9 +120,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var (
 		o          options
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
-		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk")
+		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk, outbox")
 		gateList   = fs.String("gates", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Gates(), ","))
-		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
+		sinkList   = fs.String("outbox-sinks", strings.Join(outboxSinks, ","), "outbox: comma list of the sinks of the runs with sinks, of "+strings.Join(outboxSinks, ",")+"; none: the relays alone")
+		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sinkList: sinkList, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
 		quiet      = fs.Bool("q", false, "no progress lines")
 		defaultOut = filepath.Join("loadtest", "out")
 	)
@@ -144,7 +148,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if err := o.choosePhases(&pf); err != nil {
 		return o, err
 	}
-	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil && o.wrk == nil && o.lifecycle == nil {
+	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil && o.wrk == nil && o.lifecycle == nil && o.outbox == nil {
 		return o, errors.New("nothing to run: -strategies and -phases must not be empty")
 	}
 	if o.instances < 1 || o.instances > 16 {
@@ -188,6 +192,11 @@ func (pf *phaseFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&pf.wrk.duration, "wrk-duration", 30*time.Second, "wrk: duration of each request kind, all rounds together (whole seconds per round)")
 	fs.IntVar(&pf.wrk.rounds, "wrk-rounds", 3, "wrk: rounds of /healthz then orders, alternated")
 	fs.StringVar(&pf.wrk.doc, "wrk-doc", "", "wrk: also write the results as a markdown document here")
+	fs.IntVar(&pf.outbox.connections, "outbox-connections", 201, "outbox: wrk connections in all, split over the instances")
+	fs.DurationVar(&pf.outbox.duration, "outbox-duration", 15*time.Second, "outbox: measured time of each run (whole seconds)")
+	fs.IntVar(&pf.outbox.rounds, "outbox-rounds", 2, "outbox: rounds of one run with sinks off and one with them on")
+	fs.DurationVar(&pf.outbox.drain, "outbox-drain", 30*time.Second, "outbox: the longest wait after a run with sinks for every event to reach every receiver")
+	fs.StringVar(&pf.outbox.doc, "outbox-doc", "", "outbox: also write the results as a markdown document here")
 }
 
 // choosePhases sets o's strategies and phases from the flags.
@@ -245,8 +254,20 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 			o.wrk = &pf.wrk
 		case "lifecycle":
 			o.lifecycle = &pf.life
+		case "outbox":
+			pf.outbox.sinks = nil
+			for _, s := range splitList(*pf.sinkList) {
+				if s == "none" {
+					continue
+				}
+				if !slices.Contains(outboxSinks, s) {
+					return fmt.Errorf("-outbox-sinks: unknown sink %q; want some of %s, or none", s, strings.Join(outboxSinks, ","))
+				}
+				pf.outbox.sinks = append(pf.outbox.sinks, s)
+			}
+			o.outbox = &pf.outbox
 		default:
-			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, lifecycle, gates, wrk", p)
+			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, lifecycle, gates, wrk, outbox", p)
 		}
 	}
 	return nil
@@ -314,6 +335,11 @@ func demo(ctx context.Context, o options, stdout io.Writer) (report.Report, erro
 	if o.wrk != nil {
 		if err := runWrkPhase(ctx, o, runID, token, stdout); err != nil {
 			return report.Report{}, fmt.Errorf("wrk: %w", err)
+		}
+	}
+	if o.outbox != nil {
+		if err := runOutboxPhase(ctx, o, runID, token, stdout); err != nil {
+			return report.Report{}, fmt.Errorf("outbox: %w", err)
 		}
 	}
 	rep := report.NewReport(fmt.Sprintf("seckill demo: %d instances per strategy", o.instances), sections...)

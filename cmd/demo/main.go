@@ -7,7 +7,10 @@
 // Phases: "sellout" (default 1,000 units, 5,000 buyers, 200 concurrent: the
 // zero-oversell proof; `none` must oversell and be caught, every safe strategy
 // must sell exactly the stock) and "throughput" (a stock that does not sell
-// out, so orders/s measures orders rather than rejections).
+// out, so orders/s measures orders rather than rejections), among others:
+// "outbox" (outbox.go; its document with -outbox-doc) prices the outbox's
+// relays and sinks against instances without them, and measures the
+// events' lag to a webhook and to a JetStream consumer.
 //
 //	go run ./cmd/demo -bin bin/stock -phases sellout,throughput -out loadtest/out
 package main

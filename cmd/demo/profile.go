@@ -92,15 +92,7 @@ func (p *profiler) start(ctx context.Context) {
 }
 
 // cpu is each group's CPU seconds so far.
-func (p *profiler) cpu() []float64 {
-	out := make([]float64, len(p.procs))
-	for i, g := range p.procs {
-		for _, pid := range g.pids() {
-			out[i] += procCPU(pid)
-		}
-	}
-	return out
-}
+func (p *profiler) cpu() []float64 { return groupsCPU(p.procs) }
 
 // procCPU is a process's user and system CPU seconds (Linux; 0 elsewhere).
 func procCPU(pid int) float64 {

@@ -130,6 +130,9 @@ func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 	var idle time.Time
 	for ctx.Err() == nil {
 		evs, err := r.store.After(ctx, sku, h.sent, r.cfg.Batch)
+		if err != nil && ctx.Err() != nil {
+			break
+		}
 		if err != nil {
 			return h.release(ctx, time.Second)
 		}
@@ -151,7 +154,11 @@ func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 			return max(wait, time.Millisecond)
 		}
 	}
-	return h.release(context.WithoutCancel(ctx), 0)
+	// Stopping: mark and let go, past ctx's end but briefly, so that the
+	// next relay need not wait for the lease to lapse.
+	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	return h.release(stop, 0)
 }
 
 // hold is a worker's hold of one SKU's cursor: c as stored (c.Seq the last

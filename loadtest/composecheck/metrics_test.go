@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,8 +41,9 @@ type series map[string]map[string]bool
 // Every metric the dashboard and the alert rules select exists in a real
 // instance's /metrics, with the labels (and label values, for equality
 // matchers) they select on. The instance is built from this repo, migrated
-// on a database of its own, and places one order first, so that the order,
-// lock and latency series exist.
+// on a database of its own, with a webhook sink, and places one order first,
+// so that the order, lock and latency series exist, and the outbox's once
+// the order's events reached the sink.
 func TestMetricNamesExist(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts the service")
@@ -105,10 +107,11 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// scrapeLiveInstance builds ./cmd/stock, migrates a private database, serves,
-// places one order and returns what its /metrics exposes, histograms and
-// summaries spelled out into their _bucket, _sum and _count series. "up" is
-// added as Prometheus adds it to every target.
+// scrapeLiveInstance builds ./cmd/stock, migrates a private database, serves
+// (with a webhook receiver of its own that takes every event), places one
+// order and returns what its /metrics exposes once an event was delivered,
+// histograms and summaries spelled out into their _bucket, _sum and _count
+// series. "up" is added as Prometheus adds it to every target.
 func scrapeLiveInstance(t *testing.T) map[string]series {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -131,17 +134,26 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 		// A clean-up: the test's context is done by now.
 		_, _ = db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+dbName+"`")
 	})
+	// A webhook receiver that takes every event, so that the outbox's
+	// series exist (they are per sink) and its lag histogram has a delivery.
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
 	secret, admin := randomSecret(t), randomSecret(t)
 	env := map[string]string{
-		"STOCK_MYSQL_DSN":    sharedMySQL + dbName + "?parseTime=true",
-		"STOCK_REDIS_ADDRS":  sharedRedis,
-		"STOCK_REDIS_PREFIX": dbName + ":",
-		"STOCK_HTTP_ADDR":    "127.0.0.1:0",
-		"STOCK_METRICS_ADDR": "127.0.0.1:0",
-		"STOCK_JWT_SECRET":   secret,
-		"STOCK_ADMIN_TOKEN":  admin,
-		"STOCK_STRATEGY":     "lock+version",
-		"STOCK_LOG_LEVEL":    "warn",
+		"STOCK_WEBHOOK_URL":    hook.URL,
+		"STOCK_WEBHOOK_SECRET": randomSecret(t),
+		"STOCK_MYSQL_DSN":      sharedMySQL + dbName + "?parseTime=true",
+		"STOCK_REDIS_ADDRS":    sharedRedis,
+		"STOCK_REDIS_PREFIX":   dbName + ":",
+		"STOCK_HTTP_ADDR":      "127.0.0.1:0",
+		"STOCK_METRICS_ADDR":   "127.0.0.1:0",
+		"STOCK_JWT_SECRET":     secret,
+		"STOCK_ADMIN_TOKEN":    admin,
+		"STOCK_STRATEGY":       "lock+version",
+		"STOCK_LOG_LEVEL":      "warn",
 	}
 	if out, err := stockCmd(ctx, bin, env, "migrate").CombinedOutput(); err != nil {
 		t.Fatalf("stock migrate: %v\n%s", err, out)
@@ -218,16 +230,14 @@ func scrapeLiveInstance(t *testing.T) map[string]series {
 		t.Fatalf("place an order: %+v, %v", o, err)
 	}
 
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", metricsURL, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	tp := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := tp.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse %s: %v", metricsURL, err)
+	// The relay delivers the order's events within its tick; the lag
+	// histogram has a series from the first delivery on.
+	var families map[string]*dto.MetricFamily
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		families = scrape(ctx, t, metricsURL)
+		if _, ok := families["stock_events_lag_seconds"]; ok || time.Now().After(deadline) {
+			break
+		}
 	}
 	out := map[string]series{"up": {"job": {}, "instance": {}}}
 	add := func(name string, ms []*dto.Metric, extra ...string) {
@@ -277,4 +287,21 @@ func stockCmd(ctx context.Context, bin string, env map[string]string, args ...st
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	return cmd
+}
+
+// scrape returns the metric families of one GET of url.
+func scrape(ctx context.Context, t testing.TB, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := tp.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return families
 }
