@@ -68,21 +68,17 @@ func (s *Store) Stamp(ctx context.Context, limit int) (int, error) {
 	if err != nil || len(ids) == 0 {
 		return 0, translate(ctx, "stamp", err)
 	}
-	var top int64
-	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(pos), 0) FROM outbox_events").Scan(&top); err != nil {
+	// Numbered in id order from the highest position, in one pass (a
+	// session variable counts; the transaction's one connection keeps it).
+	if _, err := tx.ExecContext(ctx, "SET @stamp_pos = (SELECT COALESCE(MAX(pos), 0) FROM outbox_events)"); err != nil {
 		return 0, translate(ctx, "stamp", err)
 	}
-	var cases strings.Builder
-	args := make([]any, 0, 2*len(ids))
-	for i, id := range ids {
-		cases.WriteString(" WHEN ? THEN ?")
-		args = append(args, id, top+1+int64(i))
-	}
 	in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
-	for _, id := range ids {
-		args = append(args, id)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET pos = CASE id"+cases.String()+" END WHERE id IN ("+in+")", args...); err != nil { //nolint:gosec // G202: placeholders only
+	if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET pos = (@stamp_pos := @stamp_pos + 1) WHERE id IN ("+in+") ORDER BY id", args...); err != nil { //nolint:gosec // G202: placeholders only
 		return 0, translate(ctx, "stamp", err)
 	}
 	if err := tx.Commit(); err != nil {
