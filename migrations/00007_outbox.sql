@@ -24,7 +24,7 @@ CREATE TABLE outbox_events (
     pos          BIGINT UNSIGNED NULL COMMENT 'the feed''s position, stamped after the commit',
     PRIMARY KEY (id),
     UNIQUE KEY uq_outbox_sku_seq (sku, seq),
-    UNIQUE KEY uq_outbox_pos (pos)
+    KEY ix_outbox_pos (pos, sku)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 CREATE TABLE outbox_cursors (

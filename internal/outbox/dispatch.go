@@ -30,34 +30,23 @@ func newDispatcher(r *Relay, t Target) *dispatcher {
 		pending: map[string]bool{}, slots: make(chan struct{}, r.cfg.Workers)}
 }
 
-// run dispatches until ctx ends and every worker has stopped.
+// run dispatches until ctx ends and every worker has stopped: the SKUs
+// the relay's discovery adds, and every few seconds the target's whole
+// backlog (a SKU another relay let go, a retry come due).
 func (d *dispatcher) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	tick := time.NewTicker(d.r.cfg.Tick)
 	defer tick.Stop()
-	var pos int64 = -1 // unknown: start from the backlog
 	var lastScan time.Time
 	name := d.t.Sink.Name()
 	for {
-		if pos < 0 || time.Since(lastScan) > 5*time.Second {
+		if time.Since(lastScan) > 5*time.Second {
 			lastScan = time.Now()
 			if b, err := d.r.store.Backlog(ctx, name); err == nil {
 				d.r.obs.Backlog(name, b)
 			}
-			skus, err := d.r.store.Behind(ctx, name, 10000)
-			if err == nil {
-				d.add(skus)
-				if pos < 0 {
-					pos = 0
-				}
-			}
-		}
-		if pos >= 0 {
-			for more := true; more; {
-				skus, top, err := d.r.store.Touched(ctx, pos, 5000)
-				more = err == nil && top > pos && len(skus) > 0
-				pos = top
+			if skus, err := d.r.store.Behind(ctx, name, 10000); err == nil {
 				d.add(skus)
 			}
 		}

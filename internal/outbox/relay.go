@@ -98,13 +98,47 @@ func New(cfg Config, store Store, obs Observer, log *slog.Logger) *Relay {
 func (r *Relay) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.runJobs(ctx) })
+	var ds []*dispatcher
 	for _, t := range r.cfg.Targets {
-		wg.Go(func() { newDispatcher(r, t).run(ctx) })
+		d := newDispatcher(r, t)
+		ds = append(ds, d)
+		wg.Go(func() { d.run(ctx) })
 		if t.MaxAge > 0 {
 			wg.Go(func() { r.runRedeliveries(ctx, t) })
 		}
 	}
+	if len(ds) > 0 {
+		wg.Go(func() { r.discover(ctx, ds) })
+	}
 	wg.Wait()
+}
+
+// discover reads, every tick, the SKUs of the events stamped since the
+// last look and hands them to every dispatcher: one read per relay, not
+// per target. It starts from the feed's end when it starts (what is older
+// is each dispatcher's backlog).
+func (r *Relay) discover(ctx context.Context, ds []*dispatcher) {
+	tick := time.NewTicker(r.cfg.Tick)
+	defer tick.Stop()
+	var pos int64 = -1
+	for {
+		for more := true; more && ctx.Err() == nil; {
+			skus, top, err := r.store.Touched(ctx, pos, 5000)
+			if err != nil {
+				break
+			}
+			more = pos >= 0 && top > pos && len(skus) > 0
+			pos = top
+			for _, d := range ds {
+				d.add(skus)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // runJobs stamps feed positions every tick and prunes every minute, each
@@ -129,7 +163,7 @@ func (r *Relay) runJobs(ctx context.Context) {
 		if stamping {
 			var err error
 			for n := 1000; n == 1000 && ctx.Err() == nil; {
-				if n, err = r.store.Stamp(ctx, 1000); err != nil {
+				if n, err = r.store.Stamp(ctx, r.cfg.Owner, 1000); err != nil {
 					r.log.Warn("outbox: stamping the feed failed", "err", err)
 				}
 			}

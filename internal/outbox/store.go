@@ -71,14 +71,16 @@ type Store interface {
 	// reports whether owner holds it.
 	TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
 	// Stamp gives feed positions, in id order, to up to limit committed
-	// events that have none, skipping rows still being written. It
+	// events that have none, skipping rows still being written, while
+	// owner holds the lease "stamp" (checked in its transaction). It
 	// returns how many it stamped.
-	Stamp(ctx context.Context, limit int) (int, error)
+	Stamp(ctx context.Context, owner string, limit int) (int, error)
 	// Feed returns a page of stamped events in position order, each with
 	// its position and delivery state per q.Sinks.
 	Feed(ctx context.Context, q FeedQuery) ([]events.FeedEvent, error)
 	// Touched returns the SKUs of the events stamped after position after
-	// (at most limit events read) and the highest position read.
+	// (at most limit events read) and the highest position read; for a
+	// negative after, no SKUs and the highest position stamped.
 	Touched(ctx context.Context, after int64, limit int) ([]string, int64, error)
 	// Behind returns up to limit SKUs whose last event is past sink's
 	// cursor (or that have no cursor yet).

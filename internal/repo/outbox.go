@@ -53,17 +53,22 @@ func (s *Store) TakeLease(ctx context.Context, name, owner string, ttl time.Dura
 // hold (being written), so a slow writer never holds the feed up; its rows
 // come later with higher positions. Per SKU that keeps seq order: a SKU's
 // next event cannot be written before the previous one committed. Two
-// stampers at once (a lease that lapsed) cannot give a position twice:
-// pos is unique, and the loser rolls back.
+// stampers never run at once, even when a lease lapsed under a paused one:
+// each locks the lease's row first and stamps only as its owner.
 //
 // It runs READ COMMITTED: its locking read then takes no gap locks, which
 // would hold up (or deadlock with) the INSERTs of new events.
-func (s *Store) Stamp(ctx context.Context, limit int) (int, error) {
+func (s *Store) Stamp(ctx context.Context, owner string, limit int) (int, error) {
 	tx, err := s.sql.BeginTx(ctx, &readCommitted)
 	if err != nil {
 		return 0, translate(ctx, "stamp", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	var mine bool
+	err = tx.QueryRowContext(ctx, "SELECT owner = ? AND lease_until > UTC_TIMESTAMP(6) FROM outbox_leases WHERE name = 'stamp' FOR UPDATE", owner).Scan(&mine)
+	if err != nil || !mine {
+		return 0, translate(ctx, "stamp", err)
+	}
 	ids, err := scanIDs(tx.QueryContext(ctx, "SELECT id FROM outbox_events WHERE pos IS NULL ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED", limit))
 	if err != nil || len(ids) == 0 {
 		return 0, translate(ctx, "stamp", err)
@@ -234,6 +239,11 @@ func deliveryState(m map[string]string, sink string, passed bool, failure string
 // Touched returns the SKUs of events stamped after a position
 // (outbox.Store).
 func (s *Store) Touched(ctx context.Context, after int64, limit int) ([]string, int64, error) {
+	if after < 0 {
+		var top int64
+		err := s.sql.QueryRowContext(ctx, "SELECT COALESCE(MAX(pos), 0) FROM outbox_events").Scan(&top)
+		return nil, top, translate(ctx, "read new events", err)
+	}
 	rows, err := s.sql.QueryContext(ctx, "SELECT sku, pos FROM outbox_events WHERE pos > ? ORDER BY pos LIMIT ?", after, limit)
 	if err != nil {
 		return nil, after, translate(ctx, "read new events", err)
