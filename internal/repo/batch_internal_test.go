@@ -410,3 +410,36 @@ func TestLimitedBatchMissesAReturnBehindItsRead(t *testing.T) {
 		t.Fatalf("k2's order = %v; want none", err)
 	}
 }
+
+// A multi-statement batch whose UPDATE misses writes no event and answers
+// ErrConflict, whatever its size (its events go with the COMMIT, numbered
+// only from an UPDATE that matched).
+func TestMultiBatchConflictWritesNoEvent(t *testing.T) {
+	s := openStoreConns(t, 1)
+	if s.multi == nil {
+		t.Skip("the server does not number a statement's rows consecutively: no multi-statement batch")
+	}
+	ctx := context.Background()
+	if _, err := s.SetStock(ctx, "ME", service.StockSetting{Available: 100}); err != nil {
+		t.Fatal(err)
+	}
+	s.afterStockRead = func() {
+		s.afterStockRead = nil
+		if _, err := s.SetStock(ctx, "ME", service.StockSetting{Available: 90}); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, _, err := s.DeductBatch(ctx, service.Batch{SKU: "ME", Items: batchOf(20, "u"), Fence: 1}); !errors.Is(err, service.ErrConflict) {
+		t.Fatalf("DeductBatch after the row moved = %v; want ErrConflict", err)
+	}
+	evs, err := s.EventsOf(ctx, "ME")
+	if err != nil || len(evs) != 2 || evs[1].Seq != 2 || evs[1].Type != "stock.changed" {
+		t.Fatalf("events after the conflict: %+v, %v; want the two stock changes only", evs, err)
+	}
+	if _, _, err := s.DeductBatch(ctx, service.Batch{SKU: "ME", Items: batchOf(20, "v"), Fence: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err = s.EventsOf(ctx, "ME"); err != nil || len(evs) != 22 || evs[21].Seq != 22 {
+		t.Fatalf("events after the batch: %d, %v; want 22 numbered 1..22", len(evs), err)
+	}
+}
