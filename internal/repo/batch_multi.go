@@ -16,14 +16,14 @@ import (
 )
 
 // writeMulti is the multi-statement writer: the stock read (and the
-// unchecked keys if readKeys), then START TRANSACTION, both INSERTs and the
-// versioned UPDATE as one multi-statement (ledger rows naming their orders
-// as LAST_INSERT_ID() + i), then the events' INSERT and COMMIT as another:
-// three round trips under the lock (a fourth only to rewrite deadlines a
-// lock wait left behind). It runs on s.multi, whose queries are all built
-// here from constant SQL and driver-escaped arguments. A SKU with a
-// per-buyer limit goes to the transaction writer with the row read here.
-// Why: docs/decisions/0004.
+// unchecked keys if readKeys), then START TRANSACTION, the INSERTs of
+// orders and ledger, the versioned UPDATE and the events' INSERT as one
+// multi-statement (ledger and event rows naming their orders from the
+// orders' first id, kept in @first_order), then COMMIT: three round trips under the lock
+// (a fourth only to rewrite deadlines a lock wait left behind).
+// It runs on s.multi, whose queries are all built here from constant SQL
+// and driver-escaped arguments. A SKU with a per-buyer limit goes to the
+// transaction writer with the row read here. Why: docs/decisions/0004.
 func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) ([]service.Order, []error, error) {
 	conn, err := s.multi.Conn(ctx)
 	if err != nil {
@@ -110,7 +110,7 @@ func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch
 	switch {
 	case len(ids) != len(batchParts) || len(affected) != len(batchParts) || affected[batchOrders] != int64(len(rows)):
 		return 0, translate(ctx, "write batch", fmt.Errorf("repo: the batch's statements answered ids %v, rows %v", ids, affected))
-	case affected[batchUpdate] == 0:
+	case affected[batchUpdate] == 0: // the events' rows, numbered from missedSeq, go with the rollback
 		return 0, service.ErrConflict
 	}
 	for j := range rows {
@@ -125,10 +125,7 @@ func (s *Store) commitMulti(ctx context.Context, conn *sql.Conn, b service.Batch
 			return 0, err
 		}
 	}
-	// The events, numbered from the UPDATE's LAST_INSERT_ID() (nothing
-	// since has set it), go with the COMMIT: the same round trip.
-	events, evArgs := eventsInsert(b.SKU, placedEvents(rows), now)
-	if _, err := conn.ExecContext(ctx, events+"; COMMIT", evArgs...); err != nil {
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return 0, translate(ctx, "commit", err)
 	}
 	open = false
@@ -155,41 +152,49 @@ func execMulti(ctx context.Context, conn *sql.Conn, q string, args []driver.Name
 
 // The statements of batchStatements, in order, and the indexes of those
 // whose results commitMulti reads.
-var batchParts = []string{"START TRANSACTION", "orders", "ledger", "UPDATE stock"}
+var batchParts = []string{"START TRANSACTION", "orders", "SET @first_order", "ledger", "DO LAST_INSERT_ID", "UPDATE stock", "events"}
 
 const (
 	batchOrders = 1
-	batchUpdate = 3
+	batchUpdate = 5
 )
 
+// missedSeq is what LAST_INSERT_ID() holds for the events' INSERT when the
+// versioned UPDATE matched no row (it numbers them only when it matches):
+// far above any SKU's event_seq, so the events of a batch that rolls back
+// are numbered without an overflow or a clash.
+const missedSeq = "4611686018427387904"
+
 // batchStatements is the batch's multi-statement (batchParts): START
-// TRANSACTION, the orders' INSERT, the ledger's INSERT numbered from
-// LAST_INSERT_ID() (the orders' first id) and the versioned UPDATE by
-// total (reserved or sold, as cur's payment window says), which numbers
-// the events (bumpSeq) that commitMulti inserts with the COMMIT.
+// TRANSACTION, the orders' INSERT, @first_order = its first id, the
+// ledger's INSERT, LAST_INSERT_ID() = missedSeq, the versioned UPDATE by total (reserved or sold, as
+// cur's payment window says) numbering the events, and the events' INSERT.
 func batchStatements(sku string, rows []orderModel, cur stockModel, total int64, now time.Time) (string, []driver.NamedValue, error) {
 	insert, values := ordersInsert(rows)
 	var q strings.Builder
-	q.Grow(len(insert) + len(rows)*40 + 300)
+	q.Grow(len(insert) + len(rows)*100 + 500)
 	q.WriteString("START TRANSACTION; ")
 	q.WriteString(insert)
-	q.WriteString("; INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES ")
+	q.WriteString("; SET @first_order = LAST_INSERT_ID(); INSERT INTO stock_ledger (sku, kind, delta, order_id, created_at) VALUES ")
 	for i, r := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, '" + kindSale + "', ?, LAST_INSERT_ID() + ")
+		q.WriteString("(?, '" + kindSale + "', ?, @first_order + ")
 		q.WriteString(strconv.Itoa(i))
 		q.WriteString(", ?)")
 		values = append(values, sku, -int64(r.Quantity), now)
 	}
-	q.WriteString("; UPDATE stock SET available = available - ?, sold = sold + ?, reserved = reserved + ?, version = version + 1, " +
-		"event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ? WHERE sku = ? AND version = ? AND available >= ?")
+	q.WriteString("; DO LAST_INSERT_ID(" + missedSeq + "); UPDATE stock SET available = available - ?, sold = sold + ?, reserved = reserved + ?, version = version + 1, " +
+		"event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ? WHERE sku = ? AND version = ? AND available >= ?; ")
 	sold, reserved := total, int64(0)
 	if cur.PaymentWindowSeconds > 0 {
 		sold, reserved = 0, total
 	}
 	values = append(values, total, sold, reserved, len(rows), now, sku, cur.Version, total)
+	events, evArgs := eventsInsert(sku, placedEvents(rows), now, "@first_order")
+	q.WriteString(events)
+	values = append(values, evArgs...)
 	// Sent to the driver itself (conn.Raw), past database/sql's conversion
 	// of arguments: the same conversion here (an int, a *int64).
 	args := make([]driver.NamedValue, len(values))

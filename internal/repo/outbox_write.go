@@ -49,12 +49,14 @@ func insertEvents(exec func(q string, args ...any) error, sku string, evs []even
 	if len(evs) == 0 {
 		return nil
 	}
-	q, args := eventsInsert(sku, evs, now)
+	q, args := eventsInsert(sku, evs, now, "")
 	return exec(q, args...)
 }
 
-// eventsInsert is the INSERT of evs, numbered as insertEvents says.
-func eventsInsert(sku string, evs []eventRow, now time.Time) (string, []any) {
+// eventsInsert is the INSERT of evs, numbered as insertEvents says. With
+// firstOrder set (a SQL variable), event j's order is firstOrder + j, not
+// its orderID.
+func eventsInsert(sku string, evs []eventRow, now time.Time, firstOrder string) (string, []any) {
 	var q strings.Builder
 	q.WriteString("INSERT INTO outbox_events (sku, seq, type, occurred_at, order_id, status, cancelled_by, stock) VALUES ")
 	args := make([]any, 0, 7*len(evs))
@@ -62,8 +64,16 @@ func eventsInsert(sku string, evs []eventRow, now time.Time) (string, []any) {
 		if j > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, LAST_INSERT_ID() - " + strconv.Itoa(len(evs)-1-j) + ", ?, ?, ?, ?, ?, ?)")
-		args = append(args, sku, e.typ, now, nullID(e.orderID), nullString(string(e.status)), nullString(e.cancelledBy), stockJSON(e.stock))
+		q.WriteString("(?, LAST_INSERT_ID() - " + strconv.Itoa(len(evs)-1-j) + ", ?, ?, ")
+		args = append(args, sku, e.typ, now)
+		if firstOrder != "" {
+			q.WriteString(firstOrder + " + " + strconv.Itoa(j))
+		} else {
+			q.WriteString("?")
+			args = append(args, nullID(e.orderID))
+		}
+		q.WriteString(", ?, ?, ?)")
+		args = append(args, nullString(string(e.status)), nullString(e.cancelledBy), stockJSON(e.stock))
 	}
 	return q.String(), args
 }
