@@ -173,11 +173,12 @@ func TestRateLimitSharedByInstances(t *testing.T) {
 	}
 	prefix := fmt.Sprintf("rltest%d:", time.Now().UnixNano())
 	vars := func() map[string]string {
-		return map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_RATE_IP": "4", "STOCK_REDIS_PREFIX": prefix}
+		return map[string]string{"STOCK_MYSQL_DSN": dsn, "STOCK_RATE_IP": "1", "STOCK_RATE_IP_BURST": "4", "STOCK_REDIS_PREFIX": prefix}
 	}
 	a, _ := started(t, vars())
 	b, _ := started(t, vars())
 	codes := map[int]int{}
+	began := time.Now()
 	for i := range 10 {
 		url := a
 		if i%2 == 1 {
@@ -193,8 +194,12 @@ func TestRateLimitSharedByInstances(t *testing.T) {
 			t.Fatalf("429 without Retry-After/RateLimit headers: %v", resp.Header)
 		}
 	}
-	if codes[404] != 4 || codes[429] != 6 {
-		t.Fatalf("statuses of 10 requests at once over two instances with 4/s, burst 4 = %v; want 4 x 404 and 6 x 429", codes)
+	// The burst of 4 is shared (not 4 per instance); 1/s refills one more
+	// per whole second the requests took (a loaded machine is slow).
+	refilled := int(time.Since(began).Seconds())
+	if codes[404] < 4 || codes[404] > 4+refilled || codes[404]+codes[429] != 10 {
+		t.Fatalf("statuses of 10 requests over two instances with 1/s, burst 4, in %v = %v; want 4 (+%d refilled) x 404, the rest 429",
+			time.Since(began), codes, refilled)
 	}
 	// Health checks are never limited.
 	resp, err := get(t, a+"/healthz")
