@@ -201,7 +201,6 @@ func (pf *phaseFlags) register(fs *flag.FlagSet) {
 
 // choosePhases sets o's strategies and phases from the flags.
 func (o *options) choosePhases(pf *phaseFlags) error {
-	sell, tp, gates := &pf.sell, &pf.tp, &pf.gates
 	list := splitList(*pf.strats)
 	if *pf.strats == "all" {
 		list = strategies
@@ -213,63 +212,90 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 		o.strategies = append(o.strategies, s)
 	}
 	for _, p := range splitList(*pf.phases) {
+		var err error
 		switch p {
 		case "ceiling":
 			o.ceiling = &pf.ceil
 		case "sellout":
-			sell.title = fmt.Sprintf("Sell-out: %d units, %d buyers x %d, %d concurrent, %d instances",
-				sell.stock, sell.buyers, sell.quantity, sell.concurrency, o.instances)
-			sell.note = fmt.Sprintf("The zero-oversell proof: none and counter (plain writes, nothing serializing them) must be caught by the audit and by MySQL; every other strategy must sell exactly the stock. "+
-				"Every %dth buyer orders as one of %d greedy buyers, with a per-buyer limit of %d units: no buyer may end above it. "+
-				"The per-IP rate limit is on (%s/s, burst %s), each buyer its own address.",
-				demoGreedyEvery, demoGreedyBuyers, 2*sell.quantity, demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
-			sell.greedy, sell.limit, sell.env = demoGreedyEvery, int64(2*sell.quantity), demoEnv
-			o.phases = append(o.phases, *sell)
+			o.phases = append(o.phases, sellPhase(pf.sell, o.instances))
 		case "throughput":
-			tp.title = fmt.Sprintf("Throughput: %d units, %d buyers x %d, %d concurrent, %d instances",
-				tp.stock, tp.buyers, tp.quantity, tp.concurrency, o.instances)
-			tp.note = "The stock does not sell out, so orders/s counts orders, not rejections. none shows lost updates instead of an oversell. " +
-				"Runs here must be safe; SHORT means buyers gave up (retries spent, or the cap hit) and is a finding about speed, not safety."
-			tp.safetyOnly = true
-			tp.env = unlimitedEnv()
-			if *pf.tpRateLimit {
-				tp.env = demoEnv
-				tp.note += fmt.Sprintf(" The per-IP rate limit is on (%s/s, burst %s).", demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
-			} else {
-				tp.note += " The instances run as the ceiling's do, without the per-IP rate limit, so orders/s compares with their /healthz rate; the ceiling's two sold-out floods show what the limit costs per request."
-			}
-			o.phases = append(o.phases, *tp)
+			o.phases = append(o.phases, throughputPhase(pf.tp, o.instances, *pf.tpRateLimit))
 		case "gates":
-			gates.names = splitList(*pf.gateList)
-			if *pf.gateList == "all" {
-				gates.names = skulock.Gates()
-			}
-			for _, b := range gates.names {
-				if !skulock.ValidGate(b) {
-					return fmt.Errorf("-gates: unknown gate %q; want some of %s", b, strings.Join(skulock.Gates(), ","))
-				}
-			}
-			o.gates = &pf.gates
+			err = o.chooseGates(pf)
 		case "wrk":
 			o.wrk = &pf.wrk
 		case "lifecycle":
 			o.lifecycle = &pf.life
 		case "outbox":
-			pf.outbox.sinks = nil
-			for _, s := range splitList(*pf.sinkList) {
-				if s == "none" {
-					continue
-				}
-				if !slices.Contains(outboxSinks, s) {
-					return fmt.Errorf("-outbox-sinks: unknown sink %q; want some of %s, or none", s, strings.Join(outboxSinks, ","))
-				}
-				pf.outbox.sinks = append(pf.outbox.sinks, s)
-			}
-			o.outbox = &pf.outbox
+			err = o.chooseSinks(pf)
 		default:
-			return fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, lifecycle, gates, wrk, outbox", p)
+			err = fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, lifecycle, gates, wrk, outbox", p)
+		}
+		if err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// sellPhase is the sell-out phase of sell's flags.
+func sellPhase(sell phase, instances int) phase {
+	sell.title = fmt.Sprintf("Sell-out: %d units, %d buyers x %d, %d concurrent, %d instances",
+		sell.stock, sell.buyers, sell.quantity, sell.concurrency, instances)
+	sell.note = fmt.Sprintf("The zero-oversell proof: none and counter (plain writes, nothing serializing them) must be caught by the audit and by MySQL; every other strategy must sell exactly the stock. "+
+		"Every %dth buyer orders as one of %d greedy buyers, with a per-buyer limit of %d units: no buyer may end above it. "+
+		"The per-IP rate limit is on (%s/s, burst %s), each buyer its own address.",
+		demoGreedyEvery, demoGreedyBuyers, 2*sell.quantity, demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
+	sell.greedy, sell.limit, sell.env = demoGreedyEvery, int64(2*sell.quantity), demoEnv
+	return sell
+}
+
+// throughputPhase is the throughput phase of tp's flags, with the per-IP
+// rate limit when rateLimit.
+func throughputPhase(tp phase, instances int, rateLimit bool) phase {
+	tp.title = fmt.Sprintf("Throughput: %d units, %d buyers x %d, %d concurrent, %d instances",
+		tp.stock, tp.buyers, tp.quantity, tp.concurrency, instances)
+	tp.note = "The stock does not sell out, so orders/s counts orders, not rejections. none shows lost updates instead of an oversell. " +
+		"Runs here must be safe; SHORT means buyers gave up (retries spent, or the cap hit) and is a finding about speed, not safety."
+	tp.safetyOnly = true
+	tp.env = unlimitedEnv()
+	if rateLimit {
+		tp.env = demoEnv
+		tp.note += fmt.Sprintf(" The per-IP rate limit is on (%s/s, burst %s).", demoEnv["STOCK_RATE_IP"], demoEnv["STOCK_RATE_IP_BURST"])
+	} else {
+		tp.note += " The instances run as the ceiling's do, without the per-IP rate limit, so orders/s compares with their /healthz rate; the ceiling's two sold-out floods show what the limit costs per request."
+	}
+	return tp
+}
+
+// chooseGates sets the gates phase from -gates.
+func (o *options) chooseGates(pf *phaseFlags) error {
+	pf.gates.names = splitList(*pf.gateList)
+	if *pf.gateList == "all" {
+		pf.gates.names = skulock.Gates()
+	}
+	for _, b := range pf.gates.names {
+		if !skulock.ValidGate(b) {
+			return fmt.Errorf("-gates: unknown gate %q; want some of %s", b, strings.Join(skulock.Gates(), ","))
+		}
+	}
+	o.gates = &pf.gates
+	return nil
+}
+
+// chooseSinks sets the outbox phase from -outbox-sinks.
+func (o *options) chooseSinks(pf *phaseFlags) error {
+	pf.outbox.sinks = nil
+	for _, s := range splitList(*pf.sinkList) {
+		if s == "none" {
+			continue
+		}
+		if !slices.Contains(outboxSinks, s) {
+			return fmt.Errorf("-outbox-sinks: unknown sink %q; want some of %s, or none", s, strings.Join(outboxSinks, ","))
+		}
+		pf.outbox.sinks = append(pf.outbox.sinks, s)
+	}
+	o.outbox = &pf.outbox
 	return nil
 }
 

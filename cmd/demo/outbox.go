@@ -120,74 +120,28 @@ func measureOutbox(ctx context.Context, o options, runID, token string) (outboxR
 		return res, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	logDir := filepath.Join(o.out, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil { //nolint:gosec // G301: the logs, for people to read like the work tree
-		return res, err
-	}
+	var undo cleanups
+	defer undo.run()
 	sides := map[bool]*outboxSide{
 		false: {env: map[string]string{"STOCK_EVENTS_RELAY": "0"}},
 		true:  {on: true, env: map[string]string{"STOCK_EVENTS_RELAY": "1"}},
 	}
-	var recs []*lagRecorder
-	var natsPID func() []int
-	if slices.Contains(oo.sinks, "nats") {
-		ns, err := startNATS(ctx, filepath.Join(dir, "nats"), filepath.Join(logDir, "outbox-nats.log"))
-		if err != nil {
-			return res, err
-		}
-		defer ns.stop()
-		natsPID = func() []int { return []int{ns.cmd.Process.Pid} }
-		rec := newLagRecorder("nats")
-		stream, err := readStream(ctx, ns.URL, outboxStream, rec)
-		if err != nil {
-			return res, err
-		}
-		defer stream.close()
-		recs = append(recs, rec)
-		sides[true].env["STOCK_EVENTS_NATS_URL"] = ns.URL
-		sides[true].env["STOCK_EVENTS_NATS_STREAM"] = outboxStream
+	sk, err := startOutboxSinks(ctx, o, dir, sides[true].env, &undo)
+	if err != nil {
+		return res, err
 	}
-	if slices.Contains(oo.sinks, "webhook") {
-		rec := newLagRecorder("webhook")
-		secret := fleet.Secret()
-		hook, err := startWebhookReceiver(ctx, secret, rec)
-		if err != nil {
-			return res, err
-		}
-		defer hook.close(ctx)
-		recs = append(recs, rec)
-		sides[true].env["STOCK_WEBHOOK_URL"] = hook.URL
-		sides[true].env["STOCK_WEBHOOK_SECRET"] = secret
-	}
-	for _, s := range sides {
-		s.sku = "outbox-" + s.name() + "-" + runID
-		var drop func()
-		if s.dsn, drop, err = freshDB(ctx, o, "stock_demo_outbox_"+s.name()+"_"+runID); err != nil {
-			return res, err
-		}
-		defer drop()
-		if s.db, err = sql.Open("mysql", s.dsn); err != nil {
-			return res, err
-		}
-		defer func() { _ = s.db.Close() }()
+	if err := openOutboxSides(ctx, o, runID, sides, &undo); err != nil {
+		return res, err
 	}
 	files, err := writeWrkFiles(dir, runID)
 	if err != nil {
 		return res, err
 	}
-	order := []bool{false, true}
-	for round := 1; round <= max(1, oo.rounds); round++ {
-		for _, on := range order {
-			r, err := outboxOnce(ctx, o, sides[on], round, files, token, runID, recs, natsPID)
-			if err != nil {
-				return res, fmt.Errorf("round %d, sinks %s: %w", round, sides[on].name(), err)
-			}
-			res.runs = append(res.runs, r)
-		}
-		slices.Reverse(order)
+	if res.runs, err = outboxRounds(ctx, o, sides, files, token, runID, sk); err != nil {
+		return res, err
 	}
 	res.conns = max(1, oo.connections/o.instances) * o.instances
-	for _, rec := range recs {
+	for _, rec := range sk.recs {
 		res.lags = append(res.lags, rec.figures())
 	}
 	if res.on, err = countOutbox(ctx, sides[true]); err != nil {
@@ -198,6 +152,100 @@ func measureOutbox(ctx context.Context, o options, runID, token string) (outboxR
 	}
 	res.machine = driver.DetectMachine(ctx, sides[true].dsn, o.redis)
 	return res, nil
+}
+
+// cleanups are undone in reverse order, as defers are.
+type cleanups []func()
+
+func (c *cleanups) add(f func()) { *c = append(*c, f) }
+
+func (c cleanups) run() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
+}
+
+// outboxReceivers are the receivers of the runs with sinks: their lag
+// recorders and nats-server's pid (nil without NATS).
+type outboxReceivers struct {
+	recs    []*lagRecorder
+	natsPID func() []int
+}
+
+// startOutboxSinks starts the sinks of o.outbox.sinks (a private
+// nats-server read by a stream reader, the webhook receiver) and sets the
+// sinks-on side's env for them; undo stops them.
+func startOutboxSinks(ctx context.Context, o options, dir string, env map[string]string, undo *cleanups) (outboxReceivers, error) {
+	var sk outboxReceivers
+	logDir := filepath.Join(o.out, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil { //nolint:gosec // G301: the logs, for people to read like the work tree
+		return sk, err
+	}
+	if slices.Contains(o.outbox.sinks, "nats") {
+		ns, err := startNATS(ctx, filepath.Join(dir, "nats"), filepath.Join(logDir, "outbox-nats.log"))
+		if err != nil {
+			return sk, err
+		}
+		undo.add(ns.stop)
+		sk.natsPID = func() []int { return []int{ns.cmd.Process.Pid} }
+		rec := newLagRecorder("nats")
+		stream, err := readStream(ctx, ns.URL, outboxStream, rec)
+		if err != nil {
+			return sk, err
+		}
+		undo.add(stream.close)
+		sk.recs = append(sk.recs, rec)
+		env["STOCK_EVENTS_NATS_URL"], env["STOCK_EVENTS_NATS_STREAM"] = ns.URL, outboxStream
+	}
+	if slices.Contains(o.outbox.sinks, "webhook") {
+		rec := newLagRecorder("webhook")
+		secret := fleet.Secret()
+		hook, err := startWebhookReceiver(ctx, secret, rec)
+		if err != nil {
+			return sk, err
+		}
+		undo.add(func() { hook.close(ctx) })
+		sk.recs = append(sk.recs, rec)
+		env["STOCK_WEBHOOK_URL"], env["STOCK_WEBHOOK_SECRET"] = hook.URL, secret
+	}
+	return sk, nil
+}
+
+// openOutboxSides gives each side its SKU and a fresh database, opened;
+// undo drops them.
+func openOutboxSides(ctx context.Context, o options, runID string, sides map[bool]*outboxSide, undo *cleanups) error {
+	for _, s := range sides {
+		s.sku = "outbox-" + s.name() + "-" + runID
+		dsn, drop, err := freshDB(ctx, o, "stock_demo_outbox_"+s.name()+"_"+runID)
+		if err != nil {
+			return err
+		}
+		s.dsn = dsn
+		undo.add(drop)
+		if s.db, err = sql.Open("mysql", s.dsn); err != nil {
+			return err
+		}
+		db := s.db
+		undo.add(func() { _ = db.Close() })
+	}
+	return nil
+}
+
+// outboxRounds runs the rounds: off then on, then on then off, ...
+func outboxRounds(ctx context.Context, o options, sides map[bool]*outboxSide, files wrkFiles, token, runID string, sk outboxReceivers) ([]outboxRun, error) {
+	var runs []outboxRun
+	order := []bool{false, true}
+	for round := 1; round <= max(1, o.outbox.rounds); round++ {
+		for _, on := range order {
+			r, err := outboxOnce(ctx, o, sides[on], round, files, token, runID, sk.recs, sk.natsPID)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, sinks %s: %w", round, sides[on].name(), err)
+			}
+			runs = append(runs, r)
+		}
+		slices.Reverse(order)
+	}
+	return runs, nil
 }
 
 // outboxOnce is one run: fresh instances of side s, the SKU stocked on the
