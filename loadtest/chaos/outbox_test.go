@@ -37,7 +37,9 @@ import (
 func killRelay(t *testing.T, row *Row) {
 	ctx := ctxFor(t, 3*time.Minute)
 	s, env := startSinks(t, 2*time.Second)
-	r := lifeRig(t, rigConfig{env: env}, 0)
+	// Instance 0 runs no relay (the driver audits through it at the end, so
+	// it must live): the relay caught is one of the others.
+	r := lifeRig(t, rigConfig{env: env, instanceEnv: map[int]map[string]string{0: {"STOCK_EVENTS_RELAY": "false"}}}, 0)
 	// 10ms a delivery: each batch takes a while to mark.
 	s.hook.delay.Store(int64(10 * time.Millisecond))
 	var seen []lifeAnswer
@@ -70,13 +72,14 @@ type relayKill struct {
 	tries  int
 }
 
-// killMidDelivery SIGKILLs a candidate instance while its relay holds a
-// webhook cursor with events delivered past it, not yet marked. It finds a
-// cursor whose lease names a candidate's pid (the owner is
-// host-pid-random), stops that instance (SIGSTOP), lets what was in
-// flight land, and reads the cursor again: still its, and behind what the
-// receiver took, it kills the stopped process; otherwise it resumes it and
-// tries again, for at most 40s.
+// killMidDelivery SIGKILLs a candidate instance while its relay is between
+// delivering and marking. The receiver takes the next delivery and keeps
+// its sender waiting for the answer; the SKU's cursor names the sender (the
+// owner is host-pid-random). killMidDelivery stops it (SIGSTOP), lets a
+// mark in flight commit, and reads the cursor again: still its, and behind
+// what the receiver took, it kills the stopped process. Otherwise (a relay
+// not among the candidates) it lets the delivery go and tries again, for
+// at most 40s.
 func (s *sinks) killMidDelivery(ctx context.Context, r *rig, candidates ...int) relayKill {
 	s.t.Helper()
 	byPID := map[string]*fleet.Instance{}
@@ -86,52 +89,52 @@ func (s *sinks) killMidDelivery(ctx context.Context, r *rig, candidates ...int) 
 	}
 	try := 0
 	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); {
-		sku, owner, ok := leasedCursor(ctx, r.db, "webhook", byPID)
+		e, ok := s.hook.holdNext(time.Until(deadline))
 		if !ok {
-			time.Sleep(2 * time.Millisecond)
-			continue
+			break
 		}
-		in := byPID[ownerPID(owner)]
 		try++
-		if err := in.Signal(syscall.SIGSTOP); err != nil {
-			s.t.Fatalf("SIGSTOP %s: %v", describe(in), err)
+		if k, ok := s.killSender(ctx, r, e.SKU, byPID); ok {
+			k.tries = try
+			s.hook.release()
+			return k
 		}
-		time.Sleep(50 * time.Millisecond) // its deliveries in flight land, a mark in flight commits
-		seq, now, err := cursorOf(ctx, r.db, "webhook", sku)
-		taken := s.hook.highest(sku)
-		if err == nil && now == owner && taken > seq {
-			// SIGKILL while stopped: it never runs again (fleet's Kill
-			// sends SIGCONT first).
-			if err := in.Signal(syscall.SIGKILL); err != nil {
-				s.t.Fatalf("SIGKILL %s: %v", describe(in), err)
-			}
-			in.Kill()
-			s.t.Logf("kill try %d: %s owned the webhook cursor of %s at seq %d, the receiver had seq %d", try, describe(in), sku, seq, taken)
-			return relayKill{victim: in, sku: sku, cursor: seq, taken: taken, tries: try}
-		}
-		if err := in.Signal(syscall.SIGCONT); err != nil {
-			s.t.Fatalf("SIGCONT %s: %v", describe(in), err)
-		}
+		s.hook.release()
 		time.Sleep(time.Duration(5+rand.IntN(40)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
 	}
-	s.t.Fatalf("no candidate %v was caught with delivered, unmarked events in %d tries over 40s\n%s", candidates, try, r.fleet.Logs())
+	s.t.Fatalf("no candidate %v was caught between delivering and marking in %d tries over 40s\n%s", candidates, try, r.fleet.Logs())
 	return relayKill{}
 }
 
-// leasedCursor returns a SKU whose cursor of sink is leased by one of the
-// owners whose pid is in byPID.
-func leasedCursor(ctx context.Context, db *sql.DB, sink string, byPID map[string]*fleet.Instance) (sku, owner string, ok bool) {
-	_ = eachRow(ctx, db, func(rows *sql.Rows) error {
-		var s, o string
-		if err := rows.Scan(&s, &o); err != nil || ok {
-			return err
+// killSender SIGKILLs the relay holding sku's webhook cursor if it is in
+// byPID and, once stopped, its cursor is still behind what the receiver
+// took; it reports whether it did.
+func (s *sinks) killSender(ctx context.Context, r *rig, sku string, byPID map[string]*fleet.Instance) (relayKill, bool) {
+	_, owner, err := cursorOf(ctx, r.db, "webhook", sku)
+	in := byPID[ownerPID(owner)]
+	if err != nil || in == nil {
+		return relayKill{}, false
+	}
+	if err := in.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("SIGSTOP %s: %v", describe(in), err)
+	}
+	time.Sleep(50 * time.Millisecond) // a mark in flight commits
+	seq, now, err := cursorOf(ctx, r.db, "webhook", sku)
+	taken := s.hook.highest(sku)
+	if err != nil || now != owner || taken <= seq {
+		if err := in.Signal(syscall.SIGCONT); err != nil {
+			s.t.Fatalf("SIGCONT %s: %v", describe(in), err)
 		}
-		if byPID[ownerPID(o)] != nil {
-			sku, owner, ok = s, o, true
-		}
-		return nil
-	}, "SELECT sku, owner FROM outbox_cursors WHERE sink = ? AND owner IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)", sink)
-	return sku, owner, ok
+		return relayKill{}, false
+	}
+	// SIGKILL while stopped: it never runs again (fleet's Kill sends
+	// SIGCONT first).
+	if err := in.Signal(syscall.SIGKILL); err != nil {
+		s.t.Fatalf("SIGKILL %s: %v", describe(in), err)
+	}
+	in.Kill()
+	s.t.Logf("%s owned the webhook cursor of %s at seq %d, the receiver had seq %d", describe(in), sku, seq, taken)
+	return relayKill{victim: in, sku: sku, cursor: seq, taken: taken}, true
 }
 
 // ownerPID is the pid in a relay's owner name, host-pid-random (the host

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -59,10 +60,12 @@ func stockBin(t *testing.T) string {
 
 // rigConfig is what a scenario runs on.
 type rigConfig struct {
-	strategy  string
-	env       map[string]string // STOCK_ settings of every instance
-	redisAddr string            // STOCK_REDIS_ADDRS; empty: a redis-server of the rig's own
-	mysqlBase string            // a DSN without a database; empty: the shared MariaDB
+	strategy string
+	env      map[string]string // STOCK_ settings of every instance
+	// instanceEnv adds settings to one instance (by index), over env.
+	instanceEnv map[int]map[string]string
+	redisAddr   string // STOCK_REDIS_ADDRS; empty: a redis-server of the rig's own
+	mysqlBase   string // a DSN without a database; empty: the shared MariaDB
 	// gate is STOCK_LOCK_BACKEND (empty: the default, redisson); for
 	// redlock the rig starts three masters of its own, for etcd a cluster
 	// of three members.
@@ -171,6 +174,7 @@ func newRig(t *testing.T, rc rigConfig) *rig {
 	if at.redlockProxied {
 		r.proxyMasters(&fc)
 	}
+	addInstanceEnv(&fc, rc.instanceEnv)
 	f, err := fleet.Start(ctx, fc)
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +235,19 @@ func (r *rig) placeInstances(fc *fleet.Config, params string) {
 		if n.redisPx != nil {
 			fc.InstanceEnv[i]["STOCK_REDIS_ADDRS"] = n.redisPx.Addr
 		}
+	}
+}
+
+// addInstanceEnv adds the settings of each instance in add to fc.
+func addInstanceEnv(fc *fleet.Config, add map[int]map[string]string) {
+	if len(add) > 0 && fc.InstanceEnv == nil {
+		fc.InstanceEnv = make([]map[string]string, fc.N)
+	}
+	for i, env := range add {
+		if fc.InstanceEnv[i] == nil {
+			fc.InstanceEnv[i] = map[string]string{}
+		}
+		maps.Copy(fc.InstanceEnv[i], env)
 	}
 }
 

@@ -46,6 +46,7 @@ const (
 	hookOK   int32 = iota // 200, recorded
 	hookFail              // 500, not recorded
 	hookHang              // no answer until the sender gives up, not recorded
+	hookHold              // the next delivery recorded, then held unanswered (holdNext)
 )
 
 // hookReceiver is the webhook's receiving end, on a loopback port the
@@ -55,7 +56,9 @@ type hookReceiver struct {
 	srv    *httptest.Server
 	secret string
 	mode   atomic.Int32
-	delay  atomic.Int64 // nanoseconds to wait before taking a delivery
+	delay  atomic.Int64      // nanoseconds to wait before taking a delivery
+	held   chan events.Event // the delivery hookHold caught
+	free   chan struct{}     // answers the held delivery
 
 	mu      sync.Mutex
 	got     []delivery
@@ -66,7 +69,7 @@ type hookReceiver struct {
 // startHookReceiver starts a receiver checking signatures with secret,
 // closed at the end of the test.
 func startHookReceiver(t *testing.T, secret string) *hookReceiver {
-	h := &hookReceiver{secret: secret, refused: map[string]int{}}
+	h := &hookReceiver{secret: secret, refused: map[string]int{}, held: make(chan events.Event, 1), free: make(chan struct{}, 1)}
 	h.srv = httptest.NewServer(h)
 	t.Cleanup(func() {
 		h.mode.Store(hookOK)
@@ -116,7 +119,42 @@ func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.mu.Lock()
 	h.got = append(h.got, delivery{id: id, body: body, at: at})
 	h.mu.Unlock()
+	if h.mode.CompareAndSwap(hookHold, hookOK) {
+		h.held <- e
+		select { // taken, not yet acknowledged: the sender waits
+		case <-h.free:
+		case <-req.Context().Done():
+		}
+	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// holdNext makes the receiver take the next delivery and keep its sender
+// waiting for the answer: it returns that event once it came, or false
+// after limit. release answers it.
+func (h *hookReceiver) holdNext(limit time.Duration) (events.Event, bool) {
+	select { // a release whose delivery had already ended
+	case <-h.free:
+	default:
+	}
+	h.mode.Store(hookHold)
+	select {
+	case e := <-h.held:
+		return e, true
+	case <-time.After(limit):
+		if h.mode.CompareAndSwap(hookHold, hookOK) {
+			return events.Event{}, false
+		}
+		return <-h.held, true // caught just now
+	}
+}
+
+// release answers the delivery holdNext holds (200).
+func (h *hookReceiver) release() {
+	select {
+	case h.free <- struct{}{}:
+	default:
+	}
 }
 
 func (h *hookReceiver) reject(w http.ResponseWriter, why string) {
