@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -26,6 +28,8 @@ type Problem struct {
 	// what the buyer may still order.
 	Limit     *int64 `json:"limit,omitempty"`
 	Remaining *int64 `json:"remaining,omitempty"`
+	// StartsAt, for sale-not-started: when the sale opens (RFC 3339 UTC).
+	StartsAt string `json:"starts_at,omitempty"`
 }
 
 // ProblemBase prefixes every problem type URI; the last segment is the stable kind.
@@ -77,6 +81,8 @@ var problems = []kind{
 	{err: service.ErrOrderNotFound, status: http.StatusNotFound, kind: "order-not-found", title: "No such order"},
 	{err: service.ErrSoldOut, status: http.StatusConflict, kind: "sold-out", title: "Sold out"},
 	{err: service.ErrLimitExceeded, status: http.StatusConflict, kind: "limit-exceeded", title: "The order would exceed the per-buyer limit of this SKU"},
+	{err: service.ErrSaleNotStarted, status: http.StatusConflict, kind: "sale-not-started", title: "The sale has not started", showCause: true},
+	{err: service.ErrSaleEnded, status: http.StatusConflict, kind: "sale-ended", title: "The sale has ended", showCause: true},
 	{err: service.ErrOrderExpired, status: http.StatusConflict, kind: "order-expired", title: "The order expired before it was paid", showCause: true},
 	{err: service.ErrOrderCancelled, status: http.StatusConflict, kind: "order-cancelled", title: "The order was cancelled"},
 	{err: service.ErrOrderConfirmed, status: http.StatusConflict, kind: "order-confirmed", title: "The order is confirmed (paid) and cannot be cancelled"},
@@ -125,6 +131,11 @@ func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
 			p.Limit, p.Remaining = &limit, &left
 			p.Detail = fmt.Sprintf("at most %d per buyer; %d left for you", limit, left)
 		}
+		var closed *service.SaleClosedError
+		if errors.As(err, &closed) && !closed.Ended {
+			p.StartsAt = closed.StartsAt.Format(time.RFC3339Nano)
+			c.Header("Retry-After", strconv.FormatInt(closed.RetryAfter(), 10))
+		}
 		if k.status >= 500 && !errors.Is(err, errOverloaded) {
 			log.ErrorContext(c.Request.Context(), "request failed", "method", methodLabel(c.Request.Method), "route", c.FullPath(), "status", k.status,
 				"request_id", RequestID(c.Request.Context()), "err", err)
@@ -157,7 +168,7 @@ func clientDetail(err, sentinel error) string {
 func writeProblem(c *gin.Context, p Problem) {
 	c.Header("Content-Type", "application/problem+json")
 	c.Status(p.Status)
-	if p.Detail != "" || p.Limit != nil || p.Remaining != nil || p.Instance != c.FullPath() {
+	if p.Detail != "" || p.Limit != nil || p.Remaining != nil || p.StartsAt != "" || p.Instance != c.FullPath() {
 		_ = jsonEncoder(c.Writer).Encode(p)
 		return
 	}

@@ -22,9 +22,23 @@ func (h *Handler) getStock(c *gin.Context) {
 }
 
 type setStockRequest struct {
-	Available            *int64 `json:"available"`
-	PerBuyerLimit        *int64 `json:"per_buyer_limit"`
-	PaymentWindowSeconds *int64 `json:"payment_window_seconds"`
+	Available            *int64     `json:"available"`
+	PerBuyerLimit        *int64     `json:"per_buyer_limit"`
+	PaymentWindowSeconds *int64     `json:"payment_window_seconds"`
+	SaleStartsAt         setInstant `json:"sale_starts_at"`
+	SaleEndsAt           setInstant `json:"sale_ends_at"`
+}
+
+// setInstant is a schedule field of a PUT: left out, it keeps the stored
+// value (Set false); null clears it; an RFC 3339 time sets it.
+type setInstant service.TimeSetting
+
+func (s *setInstant) UnmarshalJSON(b []byte) error {
+	s.Set = true
+	if err := s.At.UnmarshalJSON(b); err != nil {
+		return fmt.Errorf("%w: sale_starts_at and sale_ends_at must be RFC 3339 times or null", service.ErrInvalid)
+	}
+	return nil
 }
 
 func (h *Handler) setStock(c *gin.Context) {
@@ -44,13 +58,15 @@ func (h *Handler) setStock(c *gin.Context) {
 	if req.PaymentWindowSeconds != nil {
 		set.PaymentWindowSeconds = *req.PaymentWindowSeconds
 	}
+	set.StartsAt, set.EndsAt = service.TimeSetting(req.SaleStartsAt), service.TimeSetting(req.SaleEndsAt)
 	st, err := h.svc.SetStock(c.Request.Context(), c.Param("sku"), set)
 	if err != nil {
 		_ = c.Error(err)
 		return
 	}
 	h.log.InfoContext(c.Request.Context(), "admin: stock set", "sku", c.Param("sku"), "available", st.Available, "per_buyer_limit", st.PerBuyerLimit,
-		"payment_window_seconds", st.PaymentWindowSeconds, "sold", st.Sold, "version", st.Version,
+		"payment_window_seconds", st.PaymentWindowSeconds, "sale_starts_at", st.SaleStartsAt, "sale_ends_at", st.SaleEndsAt,
+		"sold", st.Sold, "version", st.Version,
 		"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP())
 	writeJSON(c, http.StatusOK, st)
 }

@@ -82,6 +82,9 @@ func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, sto
 		if err != nil {
 			return err
 		}
+		if err := cur.saleRefusal(); err != nil {
+			return err
+		}
 		var ids map[service.BuyerKey]int64
 		if readKeys || cur.PerBuyerLimit > 0 {
 			if ids, err = orderIDsOfKeys(ctx, tx.Statement.ConnPool, uncheckedKeys(b.Items)); err != nil {

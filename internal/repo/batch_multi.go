@@ -37,6 +37,9 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 	if s.afterStockRead != nil {
 		s.afterStockRead()
 	}
+	if err := cur.saleRefusal(); err != nil {
+		return nil, nil, err
+	}
 	if cur.PerBuyerLimit > 0 {
 		_ = conn.Close() // not held beside the transaction's connection
 		return s.writeTx(ctx, b, readKeys, &cur)
@@ -69,9 +72,10 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 // service.ErrUnknownSKU.
 func readStockRow(ctx context.Context, conn *sql.Conn, sku string) (stockModel, error) {
 	cur := stockModel{sent: time.Now()}
-	err := conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, payment_window_seconds, restock_seq, UTC_TIMESTAMP(6) "+
-		"FROM stock WHERE sku = ?", sku).
-		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.PaymentWindowSeconds, &cur.RestockSeq, &cur.DBNow)
+	err := conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, payment_window_seconds, restock_seq, "+
+		"sale_starts_at, sale_ends_at, UTC_TIMESTAMP(6) FROM stock WHERE sku = ?", sku).
+		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.PaymentWindowSeconds, &cur.RestockSeq,
+			&cur.SaleStartsAt, &cur.SaleEndsAt, &cur.DBNow)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return cur, service.ErrUnknownSKU

@@ -21,9 +21,12 @@ type stockModel struct {
 	PerBuyerLimit        int64
 	PaymentWindowSeconds int64
 	RestockSeq           int64
+	SaleStartsAt         *time.Time
+	SaleEndsAt           *time.Time
 	UpdatedAt            time.Time `gorm:"autoUpdateTime:false"`
 	// DBNow is the server's UTC clock at the read (readStock), from which
-	// a reserved order's deadline is set; never written.
+	// a reserved order's deadline is set and the schedule decided; never
+	// written.
 	DBNow time.Time `gorm:"column:db_now;->"`
 	// sent is this process's clock just before the read was sent.
 	sent time.Time `gorm:"-"`
@@ -53,7 +56,15 @@ func (r stockModel) clock() dbClock { return dbClock{at: r.DBNow, sent: r.sent} 
 
 func (r stockModel) stock() service.Stock {
 	return service.Stock{SKU: r.SKU, Available: r.Available, Reserved: r.Reserved, Sold: r.Sold, Version: r.Version,
-		PerBuyerLimit: r.PerBuyerLimit, PaymentWindowSeconds: r.PaymentWindowSeconds, RestockSeq: r.RestockSeq}
+		PerBuyerLimit: r.PerBuyerLimit, PaymentWindowSeconds: r.PaymentWindowSeconds, RestockSeq: r.RestockSeq,
+		SaleStartsAt: service.InstantOf(r.SaleStartsAt), SaleEndsAt: service.InstantOf(r.SaleEndsAt)}
+}
+
+// saleRefusal is the schedule's refusal of an order placed on this row
+// (a *service.SaleClosedError), by the server's clock of its read; nil
+// while the sale is open.
+func (r stockModel) saleRefusal() error {
+	return r.stock().Schedule().Refusal(r.clock().now())
 }
 
 // newOrderStatus is the status and deadline of an order placed on this row

@@ -255,6 +255,9 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 		if err != nil {
 			return cur, err
 		}
+		if err := cur.saleRefusal(); err != nil {
+			return cur, err
+		}
 		if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
 			return cur, err
 		}
@@ -265,7 +268,7 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 	}
 	var got []stockModel
 	sent := time.Now()
-	if err := tx.Model(&stockModel{}).Select("per_buyer_limit, payment_window_seconds, restock_seq, UTC_TIMESTAMP(6) AS db_now").
+	if err := tx.Model(&stockModel{}).Select("per_buyer_limit, payment_window_seconds, restock_seq, sale_starts_at, sale_ends_at, UTC_TIMESTAMP(6) AS db_now").
 		Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
 		return stockModel{}, translate(tx.Statement.Context, "read stock", err)
 	}
@@ -273,6 +276,9 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 		return stockModel{}, service.ErrUnknownSKU
 	}
 	got[0].sent = sent
+	if err := got[0].saleRefusal(); err != nil {
+		return got[0], err
+	}
 	return got[0], service.Restocked(d.Admitted, got[0].RestockSeq)
 }
 
@@ -296,8 +302,9 @@ func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.
 	case service.WriteVersioned:
 		upd = versionedGuard(upd, cur, q).Updates(sale(q, 1, reserve, now))
 	case service.WriteConditional:
-		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND payment_window_seconds = ? AND restock_seq = ?",
-			q, cur.PerBuyerLimit, cur.PaymentWindowSeconds, cur.RestockSeq).Updates(sale(q, 1, reserve, now))
+		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND payment_window_seconds = ? AND restock_seq = ? "+
+			"AND sale_starts_at <=> ? AND sale_ends_at <=> ?", q, cur.PerBuyerLimit, cur.PaymentWindowSeconds, cur.RestockSeq,
+			cur.SaleStartsAt, cur.SaleEndsAt).Updates(sale(q, 1, reserve, now))
 	case service.WriteForUpdate:
 		upd = upd.Updates(sale(q, 1, reserve, now))
 	default:
@@ -318,8 +325,8 @@ func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.
 
 // updateMissed tells why the conditional UPDATE matched no row, outside the
 // hot path, from the row as it is now (a locking read): restocked since d
-// was admitted, a new limit, window or restock (service.ErrConflict: try
-// again), or sold out.
+// was admitted, a new limit, window, schedule or restock
+// (service.ErrConflict: try again), or sold out.
 func updateMissed(tx *gorm.DB, d service.Deduction, cur stockModel) error {
 	row, err := readStock(tx, d.SKU, true)
 	switch {
@@ -327,7 +334,8 @@ func updateMissed(tx *gorm.DB, d service.Deduction, cur stockModel) error {
 		return err
 	case service.Restocked(d.Admitted, row.RestockSeq) != nil:
 		return service.Restocked(d.Admitted, row.RestockSeq)
-	case row.PerBuyerLimit != cur.PerBuyerLimit, row.PaymentWindowSeconds != cur.PaymentWindowSeconds, row.RestockSeq != cur.RestockSeq:
+	case row.PerBuyerLimit != cur.PerBuyerLimit, row.PaymentWindowSeconds != cur.PaymentWindowSeconds, row.RestockSeq != cur.RestockSeq,
+		row.stock().Schedule() != cur.stock().Schedule():
 		return service.ErrConflict
 	}
 	return service.ErrSoldOut

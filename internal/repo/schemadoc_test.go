@@ -52,12 +52,16 @@ var schemaDocs = []tableDoc{
 			"per_buyer_limit": "Most units one buyer may hold (reserved plus confirmed) of the SKU; `0` = no limit. " +
 				"Enforced in the order's transaction through `buyer_purchases`.",
 			"restock_seq": "Bumped once by a change that can let a refused order through: more units where fewer than " +
-				"`STOCK_MAX_QUANTITY` were left, a higher or no per-buyer limit, any return under a limit. " +
+				"`STOCK_MAX_QUANTITY` were left, a higher or no per-buyer limit, any return under a limit, a sale's end moved later or removed. " +
 				"An order that arrived before the bump is answered `429 busy`, not placed.",
 			"payment_window_seconds": "How long a new order stays `reserved` awaiting payment before it expires; " +
 				"`0` = orders are `confirmed` at once.",
 			"event_seq": "The `seq` of the SKU's latest event: every change that writes events bumps it by their number " +
 				"in its `UPDATE` of this row, so a SKU's events are numbered 1, 2, 3, ... in commit order with no gaps.",
+			"sale_starts_at": "UTC; an order before it is refused (`409 sale-not-started`), by this server's clock read in the order's " +
+				"transaction; `NULL` = open from the row's creation.",
+			"sale_ends_at": "UTC; an order from it on is refused (`409 sale-ended`); returned units go back to `available` unsold; " +
+				"`NULL` = never closed.",
 		},
 	},
 	{

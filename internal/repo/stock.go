@@ -19,7 +19,9 @@ func (s *Store) Stock(ctx context.Context, sku string) (service.Stock, error) {
 	if err != nil {
 		return service.Stock{}, err
 	}
-	return row.stock(), nil
+	st := row.stock()
+	st.Now = service.At(row.DBNow)
+	return st, nil
 }
 
 // Precheck reads the stock row of sku and the buyer's order of key, if any,
@@ -97,45 +99,42 @@ func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.Buy
 }
 
 // SetStock creates sku as set says, or sets its available count, per-buyer
-// limit and payment window, and records a change of the count as a restock
-// entry in the ledger, in one transaction. Setting the current values
-// writes nothing. A new limit or window bumps the version, so that an order
-// which read the old one cannot commit (its versioned UPDATE misses, and
-// the conditional one checks both). It returns the new row, or an error
-// wrapping service.ErrUnavailable.
+// limit, payment window and schedule, and records a change of the count as
+// a restock entry in the ledger, in one transaction. Setting the current
+// values writes nothing. A new limit, window or schedule bumps the
+// version, so that an order which read the old one cannot commit (its
+// versioned UPDATE misses, and the conditional one checks them all). It
+// returns the new row, or an error wrapping service.ErrInvalid (an end not
+// after the start) or service.ErrUnavailable.
 func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error) {
 	var out service.Stock
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		cur, err := readStock(tx, sku, true)
 		if errors.Is(err, service.ErrUnknownSKU) {
-			row := stockModel{SKU: sku, Available: set.Available, Stocked: set.Available, Version: 1, PerBuyerLimit: set.PerBuyerLimit,
-				PaymentWindowSeconds: set.PaymentWindowSeconds, UpdatedAt: now}
-			out = row.stock()
-			if err := tx.Omit("db_now").Create(&row).Error; err != nil {
-				return err
-			}
-			if err := tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: set.Available, CreatedAt: now}).Error; err != nil {
-				return err
-			}
-			return stockChanged(tx, sku, out, now)
+			out, err = createStock(tx, sku, set, now)
+			return err
 		}
 		if err != nil {
 			return err
 		}
+		sched, err := set.ScheduleAfter(cur.stock().Schedule())
+		if err != nil {
+			return err
+		}
 		out = cur.stock()
-		if cur.Available == set.Available && cur.PerBuyerLimit == set.PerBuyerLimit && cur.PaymentWindowSeconds == set.PaymentWindowSeconds {
+		if cur.Available == set.Available && cur.PerBuyerLimit == set.PerBuyerLimit && cur.PaymentWindowSeconds == set.PaymentWindowSeconds &&
+			sched == out.Schedule() {
 			return nil
 		}
-		after := cur.stock()
-		after.Available, after.PerBuyerLimit = set.Available, set.PerBuyerLimit
-		seq := service.RestockSeqAfter(cur.stock(), after, false, s.maxQuantity)
-		delta := set.Available - cur.Available
 		out.Available, out.PerBuyerLimit, out.PaymentWindowSeconds = set.Available, set.PerBuyerLimit, set.PaymentWindowSeconds
-		out.Version, out.RestockSeq = cur.Version+1, seq
+		out.SaleStartsAt, out.SaleEndsAt = sched.StartsAt, sched.EndsAt
+		out.Version, out.RestockSeq = cur.Version+1, service.RestockSeqAfter(cur.stock(), out, false, s.maxQuantity)
+		delta := set.Available - cur.Available
 		if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
 			"available": set.Available, "stocked": gorm.Expr("stocked + ?", delta), "version": gorm.Expr("version + 1"),
-			"per_buyer_limit": set.PerBuyerLimit, "payment_window_seconds": set.PaymentWindowSeconds, "restock_seq": seq, "updated_at": now,
+			"per_buyer_limit": set.PerBuyerLimit, "payment_window_seconds": set.PaymentWindowSeconds, "restock_seq": out.RestockSeq,
+			"sale_starts_at": sched.StartsAt.Ptr(), "sale_ends_at": sched.EndsAt.Ptr(), "updated_at": now,
 		}).Error; err != nil {
 			return err
 		}
@@ -150,9 +149,31 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 		return recountPurchases(tx, sku, cur.PerBuyerLimit, set.PerBuyerLimit)
 	})
 	if err != nil {
+		if service.IsError(err) {
+			return service.Stock{}, err
+		}
 		return service.Stock{}, translate(ctx, "set stock", err)
 	}
 	return out, nil
+}
+
+// createStock inserts sku's row as set says, its restock entry and its
+// stock.changed event, and returns the row.
+func createStock(tx *gorm.DB, sku string, set service.StockSetting, now time.Time) (service.Stock, error) {
+	sched, err := set.ScheduleAfter(service.Schedule{})
+	if err != nil {
+		return service.Stock{}, err
+	}
+	row := stockModel{SKU: sku, Available: set.Available, Stocked: set.Available, Version: 1, PerBuyerLimit: set.PerBuyerLimit,
+		PaymentWindowSeconds: set.PaymentWindowSeconds, SaleStartsAt: sched.StartsAt.Ptr(), SaleEndsAt: sched.EndsAt.Ptr(), UpdatedAt: now}
+	out := row.stock()
+	if err := tx.Omit("db_now").Create(&row).Error; err != nil {
+		return out, err
+	}
+	if err := tx.Create(&ledgerModel{SKU: sku, Kind: kindRestock, Delta: set.Available, CreatedAt: now}).Error; err != nil {
+		return out, err
+	}
+	return out, stockChanged(tx, sku, out, now)
 }
 
 // recountPurchases rebuilds the SKU's purchase rows from its reserved and

@@ -53,7 +53,8 @@ type StockCounter interface {
 // placeCounted is the `counter` strategy, deliberately the simple version
 // most systems run: the counter is the stock. A counter that says no is
 // the answer; one that says yes is followed by a plain write, and a unit
-// the write then fails to sell is never given back. A missing counter is
+// the write then fails to sell is never given back (but for one refused
+// outside the sale's schedule). A missing counter is
 // seeded from a read of MySQL and taken from; with Redis down the write
 // goes on alone.
 func (s *Service) placeCounted(ctx context.Context, d Deduction) (Order, error) {
@@ -75,7 +76,16 @@ func (s *Service) placeCounted(ctx context.Context, d Deduction) (Order, error) 
 	case got.Answer == TakeOverLimit:
 		return Order{}, &LimitError{Limit: got.Limit, Held: got.Held, Requested: int64(d.Quantity)}
 	}
-	return s.writes.now(ctx, d)
+	o, err := s.writes.now(ctx, d)
+	if saleClosed(err) { // the one refusal this strategy gives back: a flood before the start would drain the counter
+		s.settleTake(ctx, d, err)
+	}
+	return o, err
+}
+
+// saleClosed reports whether err refuses an order outside its SKU's sale.
+func saleClosed(err error) bool {
+	return errors.Is(err, ErrSaleNotStarted) || errors.Is(err, ErrSaleEnded)
 }
 
 // placeCountedGuarded is `counter+conditional`: the counter turns the
@@ -158,7 +168,7 @@ func (s *Service) settleTake(ctx context.Context, d Deduction, err error) {
 	switch {
 	case err == nil:
 		return
-	case errors.Is(err, ErrSoldOut), errors.Is(err, ErrLimitExceeded), errors.As(err, &restocked), errors.Is(err, ErrDuplicateKey),
+	case errors.Is(err, ErrSoldOut), errors.Is(err, ErrLimitExceeded), errors.As(err, &restocked), errors.Is(err, ErrDuplicateKey), saleClosed(err),
 		errors.Is(err, ErrUnknownSKU), errors.Is(err, ErrBusy), errors.Is(err, ErrConflict), errors.Is(err, errNotQueued):
 		gctx, cancel := writeCtx(ctx, s.cfg.WriteTimeout)
 		defer cancel()

@@ -110,6 +110,17 @@ func validSetting(sku string, set StockSetting) error {
 		return fmt.Errorf("%w: per_buyer_limit must be an integer from 0 (no limit) to %d", ErrInvalid, MaxStock)
 	case set.PaymentWindowSeconds < 0 || set.PaymentWindowSeconds > MaxPaymentWindow:
 		return fmt.Errorf("%w: payment_window_seconds must be an integer from 0 (confirmed at once) to %d", ErrInvalid, MaxPaymentWindow)
+	case !inScheduleRange(set.StartsAt.At) || !inScheduleRange(set.EndsAt.At):
+		return fmt.Errorf("%w: sale_starts_at and sale_ends_at must be from year %d to %d", ErrInvalid, minScheduleYear, maxScheduleYear)
 	}
-	return nil
+	_, err := set.ScheduleAfter(Schedule{}) // both given: the end after the start
+	return err
+}
+
+// The years a schedule's instant may name (what a DATETIME column holds,
+// narrowed to the plausible).
+const minScheduleYear, maxScheduleYear = 2000, 9999
+
+func inScheduleRange(i Instant) bool {
+	return i.IsZero() || i.Year() >= minScheduleYear && i.Year() <= maxScheduleYear
 }

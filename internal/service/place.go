@@ -61,7 +61,8 @@ func (s *Service) Validate(r PlaceRequest) error {
 
 // Place places an order, or returns the order already placed with the same
 // key and request (replayed = true). Errors: ErrInvalid, ErrUnknownSKU,
-// ErrSoldOut, ErrKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
+// ErrSoldOut, ErrLimitExceeded, a *SaleClosedError (ErrSaleNotStarted,
+// ErrSaleEnded), ErrKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
 func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed bool, err error) {
 	ctx, span := s.trace.span(ctx, "stock.place")
 	defer func() {
@@ -164,7 +165,8 @@ func (s *Service) write(ctx context.Context, d Deduction) (Order, error) {
 
 // answerRefusal answers a write that failed. A duplicate key means a
 // concurrent request with the same key won the insert; sold out, over the
-// limit or restocked since the order came may mean an earlier attempt of
+// limit, outside the sale's schedule (a key placed before the end stays
+// replayable after it) or restocked since the order came may mean an earlier attempt of
 // this key took the last unit or allowance and committed while this one
 // waited, or before it (the batch path has no pre-check). So the key is
 // looked up, with a bound of its own (the write's may have run out while
@@ -174,7 +176,8 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 	if errors.As(err, &restocked) {
 		s.seqs.learn(r.SKU, restocked.Seq)
 	}
-	if restocked == nil && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrLimitExceeded) {
+	closed := saleClosed(err)
+	if restocked == nil && !closed && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrLimitExceeded) {
 		return Order{}, false, err
 	}
 	if errors.Is(err, errSoldOutKeyRead) { // the key was read with the row that said so
@@ -192,7 +195,7 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 	case errors.Is(err, ErrSoldOut):
 		s.soldOut.mark(r.SKU)
 		return Order{}, false, ErrSoldOut
-	case restocked != nil || errors.Is(err, ErrLimitExceeded):
+	case restocked != nil || closed || errors.Is(err, ErrLimitExceeded):
 		return Order{}, false, err
 	}
 	// The key's other order was rolled back after all: retryable.
@@ -238,6 +241,8 @@ func orderResult(replayed bool, err error) string {
 		return "sold_out"
 	case errors.Is(err, ErrLimitExceeded):
 		return "limit_exceeded"
+	case saleClosed(err):
+		return "sale_closed"
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrInProgress):
 		return "busy"
 	case errors.Is(err, ErrLockLost):

@@ -53,14 +53,17 @@ func (r *restockSeqs) learn(sku string, seq int64) {
 // refused before it, and before.RestockSeq otherwise. Room is made by more
 // units where fewer than maxQuantity were left (a refusal for stock needs
 // fewer left than an order may ask for), by a per-buyer limit raised or
-// removed, and by any return on a SKU with a limit (a buyer refused for the
-// limit may now fit). One change, one bump: a store calls it once per SKU
+// removed, by any return on a SKU with a limit (a buyer refused for the
+// limit may now fit), and by a sale's end moved later or removed (a
+// sale-ended refusal may now be placed; sale-not-started is not final: it
+// says when to retry). One change, one bump: a store calls it once per SKU
 // per transaction, however many orders it returns.
 func RestockSeqAfter(before, after Stock, returned bool, maxQuantity int64) int64 {
 	moreUnits := after.Available > before.Available && before.Available < maxQuantity
 	limitRaised := before.PerBuyerLimit > 0 && (after.PerBuyerLimit == 0 || after.PerBuyerLimit > before.PerBuyerLimit)
 	allowanceBack := returned && before.PerBuyerLimit > 0
-	if moreUnits || limitRaised || allowanceBack {
+	reopened := !before.SaleEndsAt.IsZero() && (after.SaleEndsAt.IsZero() || after.SaleEndsAt.After(before.SaleEndsAt.Time))
+	if moreUnits || limitRaised || allowanceBack || reopened {
 		return before.RestockSeq + 1
 	}
 	return before.RestockSeq

@@ -40,9 +40,21 @@ type Stock struct {
 	// PaymentWindowSeconds is how long a new order stays reserved awaiting
 	// payment; 0: orders are confirmed at once.
 	PaymentWindowSeconds int64 `json:"payment_window_seconds"`
+	// SaleStartsAt and SaleEndsAt are the sale's schedule (null: open
+	// from the start, never closed).
+	SaleStartsAt Instant `json:"sale_starts_at"`
+	SaleEndsAt   Instant `json:"sale_ends_at"`
+	// Now is the store's clock at a read of the row (Store.Stock), the
+	// clock the schedule is decided by; none elsewhere.
+	Now Instant `json:"now,omitzero"`
 	// RestockSeq is bumped by every change that can let a refused order
 	// through (RestockSeqAfter, restocked.go).
 	RestockSeq int64 `json:"-"`
+}
+
+// Schedule is the stock row's sale schedule.
+func (st Stock) Schedule() Schedule {
+	return Schedule{StartsAt: st.SaleStartsAt, EndsAt: st.SaleEndsAt}
 }
 
 // Audit is the reconciliation of one SKU, from the stock row, the orders and
@@ -135,6 +147,8 @@ type StockSetting struct {
 	Available            int64
 	PerBuyerLimit        int64 // 0: no limit
 	PaymentWindowSeconds int64 // 0: orders are confirmed at once
+	// StartsAt and EndsAt change the sale's schedule when Set.
+	StartsAt, EndsAt TimeSetting
 }
 
 // OrderFilter selects a page of a buyer's orders.

@@ -65,6 +65,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"DeadlineAfterLockWait", contractDeadlineAfterLockWait},
 		{"ConcurrentTransitions", contractConcurrentTransitions},
 		{"Events", contractEvents},
+		{"Schedule", contractSchedule},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -108,6 +109,10 @@ func mustStock(t *testing.T, s service.Store, sku string) service.Stock {
 	if err != nil {
 		t.Fatalf("Stock(%q) = %v", sku, err)
 	}
+	if d := time.Since(st.Now.Time); d < -time.Second || d > time.Second {
+		t.Fatalf("Stock(%q).Now = %v; want the store's clock, near this one", sku, st.Now)
+	}
+	st.Now = service.Instant{} // compared as the row alone
 	return st
 }
 

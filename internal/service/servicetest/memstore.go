@@ -282,7 +282,9 @@ func (m *MemStore) Stock(ctx context.Context, sku string) (service.Stock, error)
 	if !ok {
 		return service.Stock{}, service.ErrUnknownSKU
 	}
-	return st.Stock, nil
+	out := st.Stock
+	out.Now = service.At(now())
+	return out, nil
 }
 
 // Precheck returns the stock row of sku and the buyer's order of key (of
@@ -337,21 +339,30 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSe
 		return service.Stock{}, err
 	}
 	st, exists := m.stock[sku]
+	var cur service.Schedule
+	if exists {
+		cur = st.Schedule()
+	}
+	sched, err := set.ScheduleAfter(cur)
+	if err != nil {
+		return service.Stock{}, err
+	}
 	if !exists {
 		st = &memStock{Stock: service.Stock{SKU: sku, Available: set.Available, Version: 1, PerBuyerLimit: set.PerBuyerLimit,
-			PaymentWindowSeconds: set.PaymentWindowSeconds}, stocked: set.Available}
+			PaymentWindowSeconds: set.PaymentWindowSeconds, SaleStartsAt: sched.StartsAt, SaleEndsAt: sched.EndsAt}, stocked: set.Available}
 		m.stock[sku] = st
 		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{kind: "restock", delta: set.Available})
 		m.emitStock(st.Stock)
 		return st.Stock, nil
 	}
 	from := st.PerBuyerLimit
-	if st.Available == set.Available && from == set.PerBuyerLimit && st.PaymentWindowSeconds == set.PaymentWindowSeconds {
+	if st.Available == set.Available && from == set.PerBuyerLimit && st.PaymentWindowSeconds == set.PaymentWindowSeconds && sched == cur {
 		return st.Stock, nil
 	}
 	after := st.Stock
-	after.Available, after.PerBuyerLimit = set.Available, set.PerBuyerLimit
+	after.Available, after.PerBuyerLimit, after.SaleStartsAt, after.SaleEndsAt = set.Available, set.PerBuyerLimit, sched.StartsAt, sched.EndsAt
 	st.RestockSeq = service.RestockSeqAfter(st.Stock, after, false, m.maxQuantity())
+	st.SaleStartsAt, st.SaleEndsAt = sched.StartsAt, sched.EndsAt
 	if delta := set.Available - st.Available; delta != 0 {
 		st.stocked += delta
 		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{kind: "restock", delta: delta})
@@ -600,6 +611,9 @@ func (m *MemStore) readBeforeDeduct(d service.Deduction) (memStock, error) {
 		if err != nil {
 			return memStock{}, err
 		}
+		if err := snap.Schedule().Refusal(now()); err != nil {
+			return memStock{}, err
+		}
 		if err := service.Restocked(d.Admitted, snap.RestockSeq); err != nil {
 			return memStock{}, err
 		}
@@ -627,6 +641,9 @@ func (m *MemStore) stageDeduct(d service.Deduction, snap memStock) (*staged, err
 	cur, ok := m.stock[d.SKU]
 	if !ok {
 		return nil, service.ErrUnknownSKU
+	}
+	if err := cur.Schedule().Refusal(now()); err != nil { // the row as it is now: a new schedule bumped its version
+		return nil, err
 	}
 	if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
 		return nil, err
@@ -718,6 +735,9 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	}
 	snap, err := m.read(b.SKU)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := snap.Schedule().Refusal(now()); err != nil {
 		return nil, nil, err
 	}
 	row := m.rowLock(b.SKU)
