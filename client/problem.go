@@ -28,6 +28,8 @@ const (
 	KindOrderNotFound        = "order-not-found"
 	KindSoldOut              = "sold-out"
 	KindLimitExceeded        = "limit-exceeded"
+	KindSaleNotStarted       = "sale-not-started"
+	KindSaleEnded            = "sale-ended"
 	KindOrderExpired         = "order-expired"
 	KindOrderCancelled       = "order-cancelled"
 	KindOrderConfirmed       = "order-confirmed"
@@ -57,6 +59,8 @@ type Problem struct {
 	// limit and what the buyer may still order.
 	Limit     *int64 `json:"limit,omitempty"`
 	Remaining *int64 `json:"remaining,omitempty"`
+	// StartsAt comes with sale-not-started: when the sale opens.
+	StartsAt *time.Time `json:"starts_at,omitempty"`
 	// RetryAfter is the answer's Retry-After in whole seconds (0: none).
 	RetryAfter time.Duration `json:"-"`
 }
@@ -77,13 +81,14 @@ func (p *Problem) Kind() string { return p.Type[strings.LastIndexByte(p.Type, '/
 // Temporary reports whether the same request may succeed later, sent
 // again with the same Idempotency-Key: the answers that carry Retry-After
 // (busy, in progress, rate-limited, overloaded, lock lost, unavailable)
-// and a gateway's 502, 503 or 504.
+// and a gateway's 502, 503 or 504; and sale-not-started, once its
+// RetryAfter has passed.
 func (p *Problem) Temporary() bool {
 	switch p.Status {
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
 	}
-	return p.Kind() == KindRequestInProgress
+	return p.Kind() == KindRequestInProgress || p.Kind() == KindSaleNotStarted
 }
 
 // problemOf reads a non-2xx answer whose body is raw.

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/seckill/stock/internal/api"
 )
@@ -19,14 +21,50 @@ type Stock struct {
 	// PaymentWindowSeconds is how long a new order stays reserved; 0:
 	// orders are confirmed at once.
 	PaymentWindowSeconds int64 `json:"payment_window_seconds"`
+	// SaleStartsAt and SaleEndsAt are the sale's schedule; nil: open from
+	// the start, never closed.
+	SaleStartsAt *time.Time `json:"sale_starts_at"`
+	SaleEndsAt   *time.Time `json:"sale_ends_at"`
+	// Now is the service's clock (its database's) at the read, the clock
+	// the schedule is decided by; set by Stock only.
+	Now time.Time `json:"now,omitzero"`
 }
 
 // StockSetting is what an admin sets on a SKU; a zero PerBuyerLimit or
-// PaymentWindowSeconds means none.
+// PaymentWindowSeconds means none. A nil SaleStartsAt or SaleEndsAt keeps
+// the stored value, unless ClearStart or ClearEnd says to clear it.
 type StockSetting struct {
-	Available            int64 `json:"available"`
-	PerBuyerLimit        int64 `json:"per_buyer_limit,omitempty"`
-	PaymentWindowSeconds int64 `json:"payment_window_seconds,omitempty"`
+	Available            int64
+	PerBuyerLimit        int64
+	PaymentWindowSeconds int64
+	SaleStartsAt         *time.Time
+	SaleEndsAt           *time.Time
+	ClearStart, ClearEnd bool
+}
+
+// MarshalJSON is the PUT's body: a schedule field is left out (kept),
+// null (cleared) or a time.
+func (s StockSetting) MarshalJSON() ([]byte, error) {
+	body := map[string]any{"available": s.Available}
+	if s.PerBuyerLimit != 0 {
+		body["per_buyer_limit"] = s.PerBuyerLimit
+	}
+	if s.PaymentWindowSeconds != 0 {
+		body["payment_window_seconds"] = s.PaymentWindowSeconds
+	}
+	for _, f := range []struct {
+		name  string
+		at    *time.Time
+		clear bool
+	}{{"sale_starts_at", s.SaleStartsAt, s.ClearStart}, {"sale_ends_at", s.SaleEndsAt, s.ClearEnd}} {
+		switch {
+		case f.at != nil:
+			body[f.name] = f.at.UTC().Format(time.RFC3339Nano)
+		case f.clear:
+			body[f.name] = nil
+		}
+	}
+	return json.Marshal(body)
 }
 
 // SetStock creates or changes a SKU, with the admin token (PUT

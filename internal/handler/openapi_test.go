@@ -263,7 +263,7 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	const base = "https://stock.example/problems/"
-	stock := `{"sku":"S","available":1,"reserved":0,"sold":0,"version":1,"per_buyer_limit":0,"payment_window_seconds":0}`
+	stock := `{"sku":"S","available":1,"reserved":0,"sold":0,"version":1,"per_buyer_limit":0,"payment_window_seconds":0,"sale_starts_at":null,"sale_ends_at":null}`
 	order := `{"id":7,"buyer":"b","idempotency_key":"k","sku":"S","quantity":1,"status":"confirmed","created_at":"2026-01-02T03:04:05Z"}`
 	problem := func(kind string, status int, extra string) string {
 		return fmt.Sprintf(`{"type":%q,"title":"t","status":%d,"instance":"/x"%s}`, base+kind, status, extra)
@@ -317,6 +317,12 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 		{"sold out with a limit", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("sold-out", 409, `,"limit":3,"remaining":0`), true},
 		{"busy without Retry-After", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 429, pj, nil, problem("busy", 429, ""), true},
 		{"busy", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 429, pj, []string{"Retry-After", "1"}, problem("busy", 429, ""), false},
+		{"sale not started", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, []string{"Retry-After", "5"},
+			problem("sale-not-started", 409, `,"detail":"d","starts_at":"2026-12-24T20:00:00Z"`), false},
+		{"sale not started without its start", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, []string{"Retry-After", "5"},
+			problem("sale-not-started", 409, `,"detail":"d"`), true},
+		{"sale ended with a start", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil,
+			problem("sale-ended", 409, `,"starts_at":"2026-12-24T20:00:00Z"`), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fake := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
