@@ -224,6 +224,8 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 	a.background(ctx, func(ctx context.Context) { a.Parts.Lifecycle.RunSweeper(ctx, svcCfg.ExpiryInterval) })
 	// The counter strategies' drift is repaired from MySQL's rows here too.
 	a.background(ctx, func(ctx context.Context) { a.Parts.Reconciler.Run(ctx, svcCfg.CounterReconcile) })
+	// Sales about to open are loaded ahead of their first orders.
+	a.startPrewarm(ctx, cfg, log)
 }
 
 // background runs f in a goroutine until Close, which cancels f's context

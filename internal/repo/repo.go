@@ -274,3 +274,37 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+strings.ReplaceAll(name, "`", "``")+"`")
 	return translate(ctx, "create database", err)
 }
+
+// WarmPool opens up to n connections of each pool at once (each checked
+// with a ping) and puts them back idle, so a burst of orders finds them
+// open. It returns the first error.
+func (s *Store) WarmPool(ctx context.Context, n int) error {
+	var errs []error
+	for _, db := range []*sql.DB{s.sql, s.multi} {
+		if db != nil {
+			errs = append(errs, warm(ctx, db, n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// warm holds n connections of db at once, then releases them.
+func warm(ctx context.Context, db *sql.DB, n int) error {
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range n {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return translate(ctx, "warm pool", err)
+		}
+		conns = append(conns, c)
+		if err := c.PingContext(ctx); err != nil {
+			return translate(ctx, "warm pool", err)
+		}
+	}
+	return nil
+}

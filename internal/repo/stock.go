@@ -303,3 +303,19 @@ func stockChanged(tx *gorm.DB, sku string, st service.Stock, now time.Time) erro
 	}
 	return insertEvents(gormExec(tx), sku, []eventRow{{typ: events.StockChanged, stock: stockEvent(st)}}, now)
 }
+
+// SalesStarting returns the stock rows whose sale starts after now and
+// within within, by the server's clock.
+func (s *Store) SalesStarting(ctx context.Context, within time.Duration) ([]service.Stock, error) {
+	var rows []stockModel
+	err := s.db.WithContext(ctx).Where("sale_starts_at > UTC_TIMESTAMP(6) AND sale_starts_at <= UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND",
+		within.Microseconds()).Find(&rows).Error
+	if err != nil {
+		return nil, translate(ctx, "sales starting", err)
+	}
+	out := make([]service.Stock, len(rows))
+	for i, r := range rows {
+		out[i] = r.stock()
+	}
+	return out, nil
+}

@@ -58,6 +58,10 @@ type Config struct {
 	// How often the counter strategies compare each SKU's Redis counter with
 	// MySQL's row (a counter that disagrees two rounds running is repaired).
 	CounterReconcile time.Duration `env:"STOCK_COUNTER_RECONCILE" envDefault:"5s" min:"10ms" nonzero:"true"`
+	// How long before a SKU's `sale_starts_at` each instance loads what
+	// its first orders need (the stock row's restock sequence, the counter,
+	// the lock's scripts, pooled MySQL and Redis connections); `0` = off.
+	Prewarm time.Duration `env:"STOCK_PREWARM" envDefault:"10s"`
 
 	// VersionRetries bounds the new transactions after a version conflict
 	// (default 3 under the lock, 20 for the lock-free version strategy).

@@ -842,3 +842,21 @@ func cloneDeadline(d *service.Deadline) *service.Deadline {
 func newOrderStatus(st service.Stock) (service.Status, *service.Deadline) {
 	return service.NewOrderStatus(st.PaymentWindowSeconds, now())
 }
+
+// SalesStarting returns the stock rows whose sale starts after now and
+// within within.
+func (m *MemStore) SalesStarting(ctx context.Context, within time.Duration) ([]service.Stock, error) {
+	if err := ctxErr(ctx, "sales starting"); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at := now()
+	var out []service.Stock
+	for _, st := range m.stock {
+		if s := st.SaleStartsAt; !s.IsZero() && s.After(at) && !s.After(at.Add(within)) {
+			out = append(out, st.Stock)
+		}
+	}
+	return out, nil
+}

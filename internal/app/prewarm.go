@@ -1,0 +1,44 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/stock/internal/service"
+)
+
+// redisWarmConns is how many Redis connections the pre-warm opens.
+const redisWarmConns = 32
+
+// startPrewarm runs the pre-warm of cfg.Orders.Prewarm until Close: the
+// service's caches and the SKU's lock, the MySQL pools, the Redis pool.
+func (a *App) startPrewarm(ctx context.Context, cfg Config, log *slog.Logger) {
+	mysqlConns := cfg.MySQL.PoolSize
+	p := &service.Prewarmer{Lead: cfg.Orders.Prewarm, Store: a.Store, Log: log, Warmers: []service.Warmer{
+		a.Parts.Service.Warm,
+		func(ctx context.Context, _ service.Stock) error { return a.Store.WarmPool(ctx, mysqlConns) },
+		func(ctx context.Context, _ service.Stock) error { return warmRedis(ctx, a.Redis, redisWarmConns) },
+	}}
+	a.background(ctx, p.Run)
+}
+
+// warmRedis sends n PINGs at once, so the client's pool opens up to n
+// connections; it returns the first error.
+func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() { errs <- rdb.Ping(ctx).Err() })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
