@@ -83,7 +83,7 @@ func TestClientKnowsEveryKind(t *testing.T) {
 		client.KindCORSOriginRefused, client.KindPaymentUnauthorized, client.KindPaymentDisabled, client.KindNotFound,
 		client.KindMethodNotAllowed, client.KindUnknownSKU, client.KindOrderNotFound, client.KindSoldOut,
 		client.KindLimitExceeded, client.KindOrderExpired, client.KindOrderCancelled, client.KindOrderConfirmed,
-		client.KindKeyReused, client.KindRateLimited, client.KindOverloaded, client.KindRequestInProgress,
+		client.KindOrderAlreadyPaid, client.KindKeyReused, client.KindRateLimited, client.KindOverloaded, client.KindRequestInProgress,
 		client.KindBusy, client.KindLockLost, client.KindUnavailable, client.KindInternal, client.KindEventNotFound,
 		client.KindEventNotDelivered, client.KindWebhookDisabled} {
 		known[k] = true
