@@ -59,6 +59,12 @@ func TestOrderLifecycle(t *testing.T) {
 	if err != nil || paid.Status != client.StatusConfirmed || paid.PaymentRef != "ref-1" {
 		t.Errorf("Confirm = %+v, %v", paid, err)
 	}
+	if _, err := admin.Confirm(ctx, a.ID, "ref-2"); !client.IsKind(err, client.KindOrderAlreadyPaid) {
+		t.Errorf("Confirm with ref-2 of an order paid with ref-1: %v, want %s", err, client.KindOrderAlreadyPaid)
+	}
+	if again, err := admin.Confirm(ctx, a.ID, "ref-1"); err != nil || again.PaymentRef != "ref-1" {
+		t.Errorf("Confirm again with ref-1 = %+v, %v; want the order as it was", again, err)
+	}
 	if got, err := admin.AdminCancel(ctx, b.ID); err != nil || got.Status != client.StatusCancelled {
 		t.Errorf("AdminCancel = %+v, %v", got, err)
 	}

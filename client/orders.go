@@ -84,7 +84,8 @@ func (c *Client) AdminCancel(ctx context.Context, id int64) (Order, error) {
 
 // Confirm records the payment of a reserved order, with the payment (or
 // admin) token; paymentRef "" sends none. Confirming a confirmed order
-// again answers it as it is.
+// again answers it as it is, unless both have a paymentRef and they
+// differ: that is KindOrderAlreadyPaid (refund the second payment).
 func (c *Client) Confirm(ctx context.Context, id int64, paymentRef string) (Order, error) {
 	var in any
 	if paymentRef != "" {

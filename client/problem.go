@@ -33,6 +33,7 @@ const (
 	KindOrderExpired         = "order-expired"
 	KindOrderCancelled       = "order-cancelled"
 	KindOrderConfirmed       = "order-confirmed"
+	KindOrderAlreadyPaid     = "order-already-paid"
 	KindKeyReused            = "idempotency-key-reused"
 	KindRateLimited          = "rate-limited"
 	KindOverloaded           = "overloaded"

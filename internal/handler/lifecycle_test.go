@@ -131,6 +131,19 @@ func TestLifecycleAnswers(t *testing.T) {
 	if c.status != http.StatusOK || c.lifecycleOrder(t).PaymentRef != "pay-42" || in.getOrder(t, o2.ID).PaymentRef != "pay-42" {
 		t.Fatalf("confirm with a payment_ref = %d %s; want it stored", c.status, c.body)
 	}
+	c = in.confirm(t, o2.ID, jsonHeader("Authorization", "Bearer "+paymentToken), `{"payment_ref":"pay-43"}`)
+	wantAnswer(t, "a second payment with another payment_ref", c, 409, "order-already-paid")
+	if !strings.Contains(string(c.body), "second payment must be refunded") {
+		t.Fatalf("a second payment = %s; want a detail saying it must be refunded", c.body)
+	}
+	for _, body := range []string{`{"payment_ref":"pay-42"}`, ""} {
+		if c := in.confirm(t, o2.ID, jsonHeader("Authorization", "Bearer "+paymentToken), body); c.status != http.StatusOK || c.lifecycleOrder(t).PaymentRef != "pay-42" {
+			t.Fatalf("confirm with body %q of an order paid with pay-42 = %d %s; want 200, pay-42", body, c.status, c.body)
+		}
+	}
+	if got := in.getOrder(t, o2.ID).PaymentRef; got != "pay-42" {
+		t.Fatalf("payment_ref after a second payment = %q; want pay-42", got)
+	}
 
 	o3 := in.order(t, "lc-3", "LC", 1).lifecycleOrder(t)
 	wantAnswer(t, "cancel by another buyer", in.cancel(t, o3.ID, "mallory"), 404, "order-not-found")
@@ -139,7 +152,11 @@ func TestLifecycleAnswers(t *testing.T) {
 			t.Fatalf("cancel #%d = %d %s; want 200 cancelled", i+1, r.status, r.body)
 		}
 	}
-	wantAnswer(t, "confirm of a cancelled order", in.confirm(t, o3.ID, bearerOf(paymentToken), ""), 409, "order-cancelled")
+	c = in.confirm(t, o3.ID, bearerOf(paymentToken), "")
+	wantAnswer(t, "confirm of a cancelled order", c, 409, "order-cancelled")
+	if !strings.Contains(string(c.body), "refunded") {
+		t.Fatalf("confirm of a cancelled order = %s; want a detail saying the payment must be refunded", c.body)
+	}
 	if rp := in.order(t, "lc-3", "LC", 1); rp.status != http.StatusOK || rp.lifecycleOrder(t).ID != o3.ID || rp.lifecycleOrder(t).Status != service.StatusCancelled {
 		t.Fatalf("replay of a cancelled order's key = %d %s; want 200, the cancelled order", rp.status, rp.body)
 	}
@@ -157,13 +174,13 @@ func TestLifecycleAnswers(t *testing.T) {
 	gone := in.order(t, "lx-2", "LX", 1).lifecycleOrder(t)
 	exp, _ := time.Parse(time.RFC3339Nano, *gone.ExpiresAt)
 	time.Sleep(time.Until(exp) + 50*time.Millisecond)
-	c = in.confirm(t, late.ID, bearerOf(paymentToken), "")
+	c = in.confirm(t, late.ID, jsonHeader("Authorization", "Bearer "+paymentToken), `{"payment_ref":"pay-late"}`)
 	wantAnswer(t, "confirm past the deadline", c, 409, "order-expired")
 	if !strings.Contains(string(c.body), "refunded") {
 		t.Fatalf("confirm past the deadline = %s; want a detail saying the payment must be refunded", c.body)
 	}
-	if got := in.getOrder(t, late.ID); got.Status != service.StatusExpired || got.ExpiresAt == nil {
-		t.Fatalf("order after a late confirm = %+v; want expired, expires_at kept", got)
+	if got := in.getOrder(t, late.ID); got.Status != service.StatusExpired || got.ExpiresAt == nil || got.PaymentRef != "" {
+		t.Fatalf("order after a late confirm = %+v; want expired, expires_at kept, no payment_ref", got)
 	}
 	wantAnswer(t, "cancel past the deadline", in.cancel(t, gone.ID, testBuyer), 409, "order-expired")
 	c = in.confirm(t, gone.ID, bearerOf(paymentToken), "")

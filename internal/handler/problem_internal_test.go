@@ -82,8 +82,9 @@ func TestClientKnowsEveryKind(t *testing.T) {
 		client.KindUnsupportedMediaType, client.KindInvalidToken, client.KindUnauthorized, client.KindAdminDisabled,
 		client.KindCORSOriginRefused, client.KindPaymentUnauthorized, client.KindPaymentDisabled, client.KindNotFound,
 		client.KindMethodNotAllowed, client.KindUnknownSKU, client.KindOrderNotFound, client.KindSoldOut,
-		client.KindLimitExceeded, client.KindSaleNotStarted, client.KindSaleEnded, client.KindOrderExpired, client.KindOrderCancelled, client.KindOrderConfirmed,
-		client.KindKeyReused, client.KindRateLimited, client.KindOverloaded, client.KindRequestInProgress,
+		client.KindLimitExceeded, client.KindSaleNotStarted, client.KindSaleEnded, client.KindOrderExpired, client.KindOrderCancelled,
+		client.KindOrderConfirmed, client.KindOrderAlreadyPaid, client.KindKeyReused, client.KindRateLimited, client.KindOverloaded,
+		client.KindRequestInProgress,
 		client.KindBusy, client.KindLockLost, client.KindUnavailable, client.KindInternal, client.KindEventNotFound,
 		client.KindEventNotDelivered, client.KindWebhookDisabled} {
 		known[k] = true

@@ -40,7 +40,7 @@ func (s *Store) Transition(ctx context.Context, t service.Transition) (service.O
 		out.Order = row.order()
 		var to service.Status
 		// Decided on the server's clock after the row lock is held.
-		to, decided = service.Decide(t.Op, out.Order, dbClock{at: row.DBNow, sent: row.sent}.now())
+		to, decided = service.Decide(t, out.Order, dbClock{at: row.DBNow, sent: row.sent}.now())
 		if to == row.Status {
 			return nil
 		}
@@ -132,16 +132,17 @@ func cancelledBy(t service.Transition) string {
 }
 
 // move writes rows, locked and reserved, to status to (storing paymentRef,
-// if any), and moves their units in the stock rows: to sold on a confirm,
-// back to available on a cancel or expiry (returns, by cause). Each SKU's
-// UPDATE is followed by its orders' events (by: who cancels).
+// if any, on confirmed only: a refused payment's is not the order's), and
+// moves their units in the stock rows: to sold on a confirm, back to
+// available on a cancel or expiry (returns, by cause). Each SKU's UPDATE is
+// followed by its orders' events (by: who cancels).
 func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentRef string, cause service.Op, by string) ([]service.Return, error) {
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
 	set := map[string]any{"status": to}
-	if paymentRef != "" {
+	if to == service.StatusConfirmed && paymentRef != "" {
 		set["payment_ref"] = paymentRef
 	}
 	res := tx.Model(&orderModel{}).Where("id IN ? AND status = ?", ids, service.StatusReserved).Updates(set)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/seckill/stock/internal/metrics"
@@ -47,11 +48,13 @@ type counterReturns interface {
 // MaxPaymentWindow bounds a SKU's payment window, in seconds (one day).
 const MaxPaymentWindow = 86400
 
-// Errors of the lifecycle: the order's status refuses the transition.
+// Errors of the lifecycle: the order's status refuses the transition, or
+// (ErrOrderAlreadyPaid) a confirmed order is confirmed by another payment.
 var (
-	ErrOrderExpired   = &Error{msg: "service: the order expired unpaid"}
-	ErrOrderCancelled = &Error{msg: "service: the order was cancelled"}
-	ErrOrderConfirmed = &Error{msg: "service: the order is confirmed"}
+	ErrOrderExpired     = &Error{msg: "service: the order expired unpaid"}
+	ErrOrderCancelled   = &Error{msg: "service: the order was cancelled"}
+	ErrOrderConfirmed   = &Error{msg: "service: the order is confirmed"}
+	ErrOrderAlreadyPaid = &Error{msg: "service: the order is already paid"}
 )
 
 // Deadline is a payment deadline. It is written in JSON as RFC 3339 in UTC
@@ -84,7 +87,7 @@ type Transition struct {
 	// Buyer, if not "", must have placed the order: another buyer's order
 	// is ErrOrderNotFound, as for reads.
 	Buyer      string
-	PaymentRef string // stored by a confirm, if not ""
+	PaymentRef string // stored by a confirm that moves the order, if not ""
 }
 
 // Return is units given back to a SKU by cancelled or expired orders in
@@ -104,49 +107,74 @@ type Outcome struct {
 	Return *Return // the units it gave back, if it did
 }
 
-// Decide is the status an order moves to when op is asked of it at now, on
-// the store's clock, and the answer: nil (moved, or already where op leads),
-// or the refusal of the order's final status (ErrOrderExpired,
-// ErrOrderCancelled, ErrOrderConfirmed). A reserved order past its deadline
-// moves to expired whatever the op, and op is answered ErrOrderExpired
-// (OpExpire: nil). to == o.Status: nothing changes.
-func Decide(op Op, o Order, now time.Time) (to Status, err error) {
+// Decide is the status an order moves to when t is asked of it at now, on
+// the store's clock, and the answer: nil (moved, or already where t.Op
+// leads), the refusal of the order's final status (ErrOrderExpired,
+// ErrOrderCancelled, ErrOrderConfirmed: see refusal), or
+// ErrOrderAlreadyPaid (see paidTwice). A reserved order past its deadline
+// moves to expired whatever the op, and t.Op is answered ErrOrderExpired
+// (OpExpire: nil). to == o.Status: nothing changes. It reads t's Op and
+// PaymentRef.
+func Decide(t Transition, o Order, now time.Time) (to Status, err error) {
 	if o.Status != StatusReserved {
-		if o.Status == statusOf(op) {
-			return o.Status, nil // idempotent
+		if o.Status == statusOf(t.Op) {
+			return o.Status, paidTwice(t, o) // idempotent, unless a second payment
 		}
-		return o.Status, statusError(o.Status)
+		return o.Status, refusal(t.Op, o.Status, o.ExpiresAt)
 	}
 	if o.ExpiresAt != nil && !now.Before(o.ExpiresAt.Time) {
-		if op == OpExpire {
+		if t.Op == OpExpire {
 			return StatusExpired, nil
 		}
-		return StatusExpired, fmt.Errorf("%w: its payment window ended at %s", ErrOrderExpired, o.ExpiresAt.UTC().Format(time.RFC3339Nano))
+		return StatusExpired, refusal(t.Op, StatusExpired, o.ExpiresAt)
 	}
-	if op == OpExpire {
+	if t.Op == OpExpire {
 		return StatusReserved, nil // not due yet
 	}
-	return statusOf(op), nil
+	return statusOf(t.Op), nil
+}
+
+// paidTwice is the answer to t asked of an order already where t.Op leads:
+// ErrOrderAlreadyPaid for a confirm whose payment_ref is not the one the
+// confirmed order holds (both set), else nil (a replay).
+func paidTwice(t Transition, o Order) error {
+	if t.Op != OpConfirm || t.PaymentRef == "" || o.PaymentRef == "" || t.PaymentRef == o.PaymentRef {
+		return nil
+	}
+	return fmt.Errorf("%w: with payment_ref %q; the second payment must be refunded", ErrOrderAlreadyPaid, o.PaymentRef)
+}
+
+// refusal is final status s refusing op, on an order whose deadline was
+// deadline: s's error, saying when the payment window ended (expired) and,
+// for a confirm, that the payment must be refunded (it came too late, or
+// for an order given up).
+func refusal(op Op, s Status, deadline *Deadline) error {
+	var why []string
+	if s == StatusExpired && deadline != nil {
+		why = append(why, "its payment window ended at "+deadline.UTC().Format(time.RFC3339Nano))
+	}
+	if op == OpConfirm {
+		why = append(why, "the payment must be refunded")
+	}
+	if len(why) == 0 {
+		return statusError(s)
+	}
+	return fmt.Errorf("%w: %s", statusError(s), strings.Join(why, "; "))
 }
 
 // Confirm records the payment of a reserved order. It returns the order
-// confirmed (at once, or by an earlier confirm), or ErrOrderNotFound,
-// ErrOrderExpired (the deadline passed: the order is expired, its units
-// returned, and the payment must be refunded), ErrOrderCancelled,
-// ErrInvalid, ErrBusy (deadlocks each time it was tried) or ErrUnavailable.
+// confirmed (at once, or by an earlier confirm with the same payment_ref,
+// or where either has none), or ErrOrderNotFound, ErrOrderAlreadyPaid
+// (confirmed with another payment_ref), ErrOrderExpired (the deadline
+// passed: the order is expired, its units returned), ErrOrderCancelled,
+// ErrInvalid, ErrBusy (deadlocks each time it was tried) or
+// ErrUnavailable. Each of the three refusals says in its text that this
+// payment must be refunded.
 func (l *Lifecycle) Confirm(ctx context.Context, id int64, paymentRef string) (Order, error) {
 	if paymentRef != "" && !ValidKey(paymentRef) {
 		return Order{}, fmt.Errorf("%w: payment_ref must be 1-64 characters of [A-Za-z0-9._:-]", ErrInvalid)
 	}
-	o, err := l.transition(ctx, Transition{ID: id, Op: OpConfirm, PaymentRef: paymentRef})
-	if errors.Is(err, ErrOrderExpired) { // expired now or before: either way the payment came too late
-		when := ""
-		if o.ExpiresAt != nil {
-			when = " at " + o.ExpiresAt.UTC().Format(time.RFC3339Nano)
-		}
-		err = fmt.Errorf("%w: its payment window ended%s; the payment must be refunded", ErrOrderExpired, when)
-	}
-	return o, err
+	return l.transition(ctx, Transition{ID: id, Op: OpConfirm, PaymentRef: paymentRef})
 }
 
 // Cancel gives up a reserved order of buyer ("": the admin, any buyer's)
@@ -185,13 +213,16 @@ func (l *Lifecycle) transition(ctx context.Context, t Transition) (Order, error)
 }
 
 // outcome labels an answer for the metrics: ok, the refusing status,
-// not_found or error.
+// already_paid, not_found or error.
 func outcome(err error) string {
 	if err == nil {
 		return "ok"
 	}
 	if st, ok := Refusal(err); ok {
 		return string(st)
+	}
+	if errors.Is(err, ErrOrderAlreadyPaid) {
+		return "already_paid"
 	}
 	if errors.Is(err, ErrOrderNotFound) {
 		return "not_found"

@@ -275,9 +275,9 @@ type Store interface {
 	// order's row, locked, at the store's clock: the new status is written
 	// by a conditional UPDATE on the old one, and a cancelled or expired
 	// order's units go back (available, the buyer's allowance, one return
-	// ledger row) in the same transaction. Its error is Decide's (the
-	// Outcome still says what moved), ErrOrderNotFound, ErrBusy or
-	// ErrUnavailable.
+	// ledger row) in the same transaction; t.PaymentRef is stored only on
+	// an order moved to confirmed. Its error is Decide's (the Outcome still
+	// says what moved), ErrOrderNotFound, ErrBusy or ErrUnavailable.
 	Transition(ctx context.Context, t Transition) (Outcome, error)
 	// ExpireDue expires up to limit reserved orders past their deadline and
 	// returns their units, in one transaction, skipping orders another

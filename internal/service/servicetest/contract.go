@@ -56,6 +56,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"Audit", contractAudit},
 		{"Reserve", contractReserve},
 		{"Confirm", contractConfirm},
+		{"SecondPayment", contractSecondPayment},
 		{"Cancel", contractCancel},
 		{"Expire", contractExpire},
 		{"ReturnsMakeRoom", contractReturnsMakeRoom},

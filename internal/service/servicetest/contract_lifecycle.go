@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,8 +105,9 @@ func contractReserve(t *testing.T, s ContractStore) {
 }
 
 // Confirm moves a reserved order's units from reserved to sold and stores
-// the payment reference; confirming again answers the same order, and a
-// confirmed order cannot be cancelled.
+// the payment reference; confirming again with it answers the same order
+// (SecondPayment: with another), and a confirmed order cannot be
+// cancelled.
 func contractConfirm(t *testing.T, s ContractStore) {
 	setWindow(t, s, "C", 5, 0, 60)
 	o := mustDeduct(t, s, deduction("b", "c-1", "C", 2, service.WriteVersioned))
@@ -115,7 +117,7 @@ func contractConfirm(t *testing.T, s ContractStore) {
 		t.Fatalf("confirm of a reserved order = %+v, %v; want moved to confirmed with its payment_ref", out, err)
 	}
 	stockIs(t, s, "the confirm", "C", 3, 0, 2)
-	again, err := transition(t, s, service.OpConfirm, o.ID, "", "pay-2")
+	again, err := transition(t, s, service.OpConfirm, o.ID, "", "pay-1")
 	if err != nil || again.Moved || again.Order.Status != service.StatusConfirmed || again.Order.PaymentRef != "pay-1" {
 		t.Fatalf("second confirm = %+v, %v; want the confirmed order as it was", again, err)
 	}
@@ -134,6 +136,40 @@ func contractConfirm(t *testing.T, s ContractStore) {
 		t.Fatalf("ledger rows after a confirm = %d; want %d (a confirm moves no available unit)", n, ledger)
 	}
 	consistent(t, s, "C")
+}
+
+// A confirmed order paid again with another payment reference is
+// ErrOrderAlreadyPaid, saying the second payment must be refunded, and
+// keeps its reference; the same reference, or none on either side, is a
+// replay. Nothing moves.
+func contractSecondPayment(t *testing.T, s ContractStore) {
+	setWindow(t, s, "SP", 5, 0, 60)
+	o := mustDeduct(t, s, deduction("b", "sp-1", "SP", 1, service.WriteVersioned))
+	if _, err := transition(t, s, service.OpConfirm, o.ID, "", "pay-1"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := transition(t, s, service.OpConfirm, o.ID, "", "pay-2")
+	if !errors.Is(err, service.ErrOrderAlreadyPaid) || out.Moved || !strings.Contains(err.Error(), "the second payment must be refunded") {
+		t.Fatalf("confirm with pay-2 of an order paid with pay-1 = %+v, %v; want ErrOrderAlreadyPaid saying to refund it", out, err)
+	}
+	for _, ref := range []string{"pay-1", ""} {
+		again, err := transition(t, s, service.OpConfirm, o.ID, "", ref)
+		if err != nil || again.Moved || again.Order.Status != service.StatusConfirmed || again.Order.PaymentRef != "pay-1" {
+			t.Fatalf("confirm with %q of an order paid with pay-1 = %+v, %v; want the order as it was", ref, again, err)
+		}
+	}
+	if got, _ := s.Order(context.Background(), o.ID); got.PaymentRef != "pay-1" {
+		t.Fatalf("order after a second payment = %s; want pay-1 kept", fmtOrder(got))
+	}
+	bare := mustDeduct(t, s, deduction("b", "sp-2", "SP", 1, service.WriteVersioned))
+	if _, err := transition(t, s, service.OpConfirm, bare.ID, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := transition(t, s, service.OpConfirm, bare.ID, "", "pay-3"); err != nil || again.Moved || again.Order.PaymentRef != "" {
+		t.Fatalf("confirm with pay-3 of an order confirmed without one = %+v, %v; want the order as it was", again, err)
+	}
+	stockIs(t, s, "two confirms and their replays", "SP", 3, 0, 2)
+	consistent(t, s, "SP")
 }
 
 // Cancel by the buyer (or the admin) returns the units, with one return
@@ -161,11 +197,15 @@ func contractCancel(t *testing.T, s ContractStore) {
 	if err != nil || again.Moved || again.Return != nil || again.Order.Status != service.StatusCancelled {
 		t.Fatalf("second cancel = %+v, %v; want the cancelled order, nothing returned", again, err)
 	}
-	if c, err := transition(t, s, service.OpConfirm, mine.ID, "", "p"); !errors.Is(err, service.ErrOrderCancelled) || c.Moved {
-		t.Fatalf("confirm of a cancelled order = %+v, %v; want ErrOrderCancelled", c, err)
+	if c, err := transition(t, s, service.OpConfirm, mine.ID, "", "p"); !errors.Is(err, service.ErrOrderCancelled) || c.Moved ||
+		!strings.Contains(err.Error(), "the payment must be refunded") || c.Order.PaymentRef != "" {
+		t.Fatalf("confirm of a cancelled order = %+v, %v; want ErrOrderCancelled saying the payment must be refunded, no payment_ref", c, err)
 	}
 	if out, err := transition(t, s, service.OpCancel, theirs.ID, "", ""); err != nil || out.Order.Status != service.StatusCancelled {
 		t.Fatalf("the admin's cancel = %+v, %v; want cancelled", out, err)
+	}
+	if got, _ := s.Order(context.Background(), mine.ID); got.PaymentRef != "" {
+		t.Fatalf("cancelled order after a refused confirm = %s; want no payment_ref", fmtOrder(got))
 	}
 	stockIs(t, s, "both cancels", "X", 5, 0, 0)
 	if n := s.LedgerRows(t, "X"); n != ledger+2 {
@@ -209,6 +249,11 @@ func contractExpire(t *testing.T, s ContractStore) {
 		if !errors.Is(err, service.ErrOrderExpired) || !out.Moved || out.Order.Status != service.StatusExpired ||
 			out.Return == nil || out.Return.Cause != service.OpExpire || out.Return.Units != 1 {
 			t.Fatalf("%s past the deadline = %+v, %v; want ErrOrderExpired, expired now with its unit returned", op, out, err)
+		}
+		refund := strings.Contains(err.Error(), "the payment must be refunded")
+		if got, _ := s.Order(context.Background(), os[i].ID); out.Order.PaymentRef != "" || got.PaymentRef != "" || refund != (op == service.OpConfirm) {
+			t.Fatalf("%s past the deadline with payment_ref p = %+v, %v; read back %s; want no payment_ref stored, a refund said for a confirm only",
+				op, out, err, fmtOrder(got))
 		}
 	}
 	rets, err := s.ExpireDue(context.Background(), 1)

@@ -28,13 +28,10 @@ func (m *MemStore) Transition(ctx context.Context, t service.Transition) (servic
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o = m.orders[t.ID]
-	to, decided := service.Decide(t.Op, o, now())
+	to, decided := service.Decide(t, o, now())
 	out := service.Outcome{Order: cloneOrder(o)}
 	if to == o.Status {
 		return out, decided
-	}
-	if to == service.StatusConfirmed && t.PaymentRef != "" {
-		o.PaymentRef = t.PaymentRef
 	}
 	cause := t.Op
 	if to == service.StatusExpired {
@@ -63,7 +60,7 @@ func (m *MemStore) ExpireDue(ctx context.Context, limit int) ([]service.Return, 
 	at := now()
 	var due []service.Order
 	for _, o := range m.orders {
-		if to, _ := service.Decide(service.OpExpire, o, at); to == service.StatusExpired && o.Status == service.StatusReserved {
+		if to, _ := service.Decide(service.Transition{Op: service.OpExpire}, o, at); to == service.StatusExpired && o.Status == service.StatusReserved {
 			due = append(due, o)
 		}
 	}
@@ -92,13 +89,13 @@ func (m *MemStore) OverdueFor(ctx context.Context) (time.Duration, error) {
 	return worst, nil
 }
 
-// move sets the reserved orders ids to status to and moves their units:
-// to sold on a confirm; on a cancel or expiry, back to the buyer's
-// allowance and, per SKU, to available as service.AfterReturn says (one
-// restock-sequence change per SKU, as the MySQL store makes it), with a
-// return ledger entry per order. It returns the returns per SKU, in SKU
-// order. Each order's event is written with it (by: who cancels). The
-// caller holds m.mu.
+// move sets the reserved orders ids to status to (storing paymentRef, if
+// any, on confirmed only) and moves their units: to sold on a confirm; on
+// a cancel or expiry, back to the buyer's allowance and, per SKU, to
+// available as service.AfterReturn says (one restock-sequence change per
+// SKU, as the MySQL store makes it), with a return ledger entry per order.
+// It returns the returns per SKU, in SKU order. Each order's event is
+// written with it (by: who cancels). The caller holds m.mu.
 func (m *MemStore) move(ids []int64, to service.Status, paymentRef string, cause service.Op, by string) []service.Return {
 	per := map[string]*service.Return{}
 	for _, id := range ids {
