@@ -73,7 +73,7 @@ func (c *Client) BaseURL() string { return c.base }
 
 // call is one request: method on path, with in (if not nil) as its JSON
 // body and header's values. A 2xx answer is decoded into out (if not nil;
-// a *[]byte takes the body as it is);
+// a *[]byte takes the body as it is, a *rawAnswer the body and headers);
 // any other is returned as a *Problem. It returns the answer's status.
 func (c *Client) call(ctx context.Context, method, path string, header http.Header, in, out any) (int, error) {
 	var body io.Reader
@@ -109,14 +109,24 @@ func (c *Client) call(ctx context.Context, method, path string, header http.Head
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return resp.StatusCode, problemOf(resp, raw)
 	}
-	if b, ok := out.(*[]byte); ok {
-		*b = raw
-	} else if out != nil {
+	switch o := out.(type) {
+	case nil:
+	case *[]byte:
+		*o = raw
+	case *rawAnswer:
+		o.body, o.header = raw, resp.Header
+	default:
 		if err := json.Unmarshal(raw, out); err != nil {
 			return resp.StatusCode, fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// rawAnswer is an answer's body as it is, and its headers.
+type rawAnswer struct {
+	body   []byte
+	header http.Header
 }
 
 // Healthz asks whether the process is up: nil for a 200.

@@ -1,11 +1,16 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +115,66 @@ func TestOrdersPages(t *testing.T) {
 	none, err := buyer.Orders(ctx, client.OrdersQuery{SKU: s, Status: client.StatusCancelled})
 	if err != nil || len(none.Orders) != 0 {
 		t.Errorf("cancelled = %+v, %v", none, err)
+	}
+}
+
+// TestAdminOrdersPages walks every buyer's orders of a SKU, oldest first,
+// in JSON and in CSV: the same pages, the same cursors, "" after the last.
+func TestAdminOrdersPages(t *testing.T) {
+	ctx := t.Context()
+	admin := newClient(t, adminToken)
+	s := sku(t)
+	if _, err := admin.SetStock(ctx, s, client.StockSetting{Available: 10, PaymentWindowSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i, b := range []string{"u-wh1", "u-wh2", "u-wh1"} {
+		o, err := admin.As(buyerToken(b)).Place(ctx, fmt.Sprint("wh-", i), s, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.ID)
+	}
+	if _, err := admin.AdminCancel(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	q := client.AdminOrdersQuery{SKU: s, Limit: 2}
+	var got []int64
+	for page := 0; page < 3; page++ {
+		p, err := admin.AdminOrders(ctx, q)
+		if err != nil {
+			t.Fatalf("AdminOrders(%+v) = %v", q, err)
+		}
+		raw, next, err := admin.AdminOrdersCSV(ctx, q)
+		if err != nil || next != p.Next {
+			t.Fatalf("AdminOrdersCSV(%+v) next = %q, %v; want the JSON page's %q", q, next, err, p.Next)
+		}
+		recs, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+		if err != nil || len(recs) != len(p.Orders)+1 || strings.Join(recs[0], ",") != "id,sku,buyer,quantity,status,created_at,expires_at,payment_ref" {
+			t.Fatalf("AdminOrdersCSV(%+v) = %q, %v; want the header row and %d rows", q, raw, err, len(p.Orders))
+		}
+		for i, o := range p.Orders {
+			got = append(got, o.ID)
+			if row := recs[i+1]; row[0] != strconv.FormatInt(o.ID, 10) || row[2] != o.Buyer || row[4] != o.Status {
+				t.Errorf("CSV row %q; want the JSON page's order %+v", row, o)
+			}
+		}
+		if q.After = p.Next; q.After == "" {
+			break
+		}
+	}
+	if !slices.Equal(got, ids) {
+		t.Errorf("AdminOrders pages of %s = ids %v; want %v", s, got, ids)
+	}
+	p, err := admin.AdminOrders(ctx, client.AdminOrdersQuery{SKU: s, Status: client.StatusCancelled})
+	if err != nil || len(p.Orders) != 1 || p.Orders[0].ID != ids[1] || p.Next != "" {
+		t.Errorf("cancelled orders of %s = %+v, %v; want order %d alone", s, p, err, ids[1])
+	}
+	if _, err := admin.AdminOrders(ctx, client.AdminOrdersQuery{Status: "paid"}); !client.IsKind(err, client.KindInvalidRequest) {
+		t.Errorf("AdminOrders of status paid: %v; want %s", err, client.KindInvalidRequest)
+	}
+	if _, _, err := admin.AdminOrdersCSV(ctx, client.AdminOrdersQuery{After: "x"}); !client.IsKind(err, client.KindInvalidRequest) {
+		t.Errorf("AdminOrdersCSV after x: %v; want %s", err, client.KindInvalidRequest)
 	}
 }
 

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -137,4 +139,61 @@ func (c *Client) Orders(ctx context.Context, q OrdersQuery) (OrderPage, error) {
 	var p OrderPage
 	_, err := c.call(ctx, http.MethodGet, path, nil, nil, &p)
 	return p, err
+}
+
+// AdminOrdersQuery selects a page of every buyer's orders; zero fields
+// select nothing (every SKU, every status, from the oldest order, the
+// server's default size).
+type AdminOrdersQuery struct {
+	SKU    string
+	Status string
+	After  string // AdminOrderPage.Next of the page before
+	Limit  int
+}
+
+// AdminOrderPage is a page of every buyer's orders, oldest first.
+type AdminOrderPage struct {
+	Orders []Order `json:"orders"`
+	// Next is the After of the next page; "" on the last one.
+	Next string `json:"next"`
+}
+
+// AdminOrders is a page of every buyer's orders, with the admin token (GET
+// /v1/admin/orders). A status or cursor the server cannot take, or a Limit
+// out of 1..100, is a *Problem of KindInvalidRequest.
+func (c *Client) AdminOrders(ctx context.Context, q AdminOrdersQuery) (AdminOrderPage, error) {
+	var p AdminOrderPage
+	_, err := c.call(ctx, http.MethodGet, q.path(), nil, nil, &p)
+	return p, err
+}
+
+// AdminOrdersCSV is AdminOrders' page as CSV (RFC 4180): a header row
+// id,sku,buyer,quantity,status,created_at,expires_at,payment_ref, then a
+// row per order; next is the After of the next page ("" on the last one).
+func (c *Client) AdminOrdersCSV(ctx context.Context, q AdminOrdersQuery) (csv []byte, next string, err error) {
+	var a rawAnswer
+	if _, err = c.call(ctx, http.MethodGet, q.path(), http.Header{"Accept": {"text/csv"}}, nil, &a); err != nil {
+		return nil, "", err
+	}
+	if mt, _, _ := mime.ParseMediaType(a.header.Get("Content-Type")); mt != "text/csv" {
+		return nil, "", fmt.Errorf("client: GET %s: answered %q, not text/csv", api.AdminOrders, a.header.Get("Content-Type"))
+	}
+	return a.body, a.header.Get(api.NextCursor), nil
+}
+
+// path is the query's URL path.
+func (q AdminOrdersQuery) path() string {
+	v := url.Values{}
+	for k, s := range map[string]string{"sku": q.SKU, "status": q.Status, "after": q.After} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if len(v) == 0 {
+		return api.AdminOrders
+	}
+	return api.AdminOrders + "?" + v.Encode()
 }

@@ -36,6 +36,7 @@ func TestTypesHoldEveryField(t *testing.T) {
 	}{
 		{"GET", "/v1/orders/" + strconv.FormatInt(o.ID, 10), buyer, "", &client.Order{}},
 		{"GET", "/v1/orders?sku=" + s, buyer, "", &client.OrderPage{}},
+		{"GET", "/v1/admin/orders?limit=1&sku=" + s, adminToken, "", &client.AdminOrderPage{}},
 		{"GET", "/v1/stock/" + s, "", "", &client.Stock{}},
 		{"GET", "/v1/admin/stock/" + s + "/audit", adminToken, "", &client.Audit{}},
 		{"POST", "/v1/orders", buyer, `{"sku":"` + s + `","quantity":1}`, &client.Problem{}}, // limit-exceeded: limit, remaining

@@ -16,6 +16,7 @@ const (
 	Stock        = "/v1/stock/:sku"
 	AdminStock   = "/v1/admin/stock/:sku"
 	AdminAudit   = "/v1/admin/stock/:sku/audit"
+	AdminOrders  = "/v1/admin/orders"
 	AdminOrder   = "/v1/admin/orders/:id"
 	AdminCancel  = "/v1/admin/orders/:id/cancel"
 	AdminConfirm = "/v1/admin/orders/:id/confirm"
@@ -31,6 +32,10 @@ const (
 	// CPUProfile is served on STOCK_PPROF_ADDR only, never on the API port.
 	CPUProfile = "/debug/pprof/profile"
 )
+
+// NextCursor is the header of an AdminOrders page in CSV that holds the
+// cursor of the next page (the JSON page's "next"); absent on the last page.
+const NextCursor = "Next-Cursor"
 
 // Path fills pattern's ":name" segments, in order, with values, each
 // path-escaped (a slash inside a value stays inside its segment). A

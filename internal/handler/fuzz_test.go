@@ -180,6 +180,9 @@ func (acceptAll) Order(context.Context, string, int64) (service.Order, error) {
 func (acceptAll) Orders(context.Context, string, service.OrderFilter) ([]service.Order, error) {
 	return nil, nil
 }
+func (acceptAll) AllOrders(context.Context, service.AllOrdersFilter) ([]service.Order, int64, error) {
+	return nil, 0, nil
+}
 func (acceptAll) Confirm(context.Context, int64, string) (service.Order, error) {
 	return service.Order{}, nil
 }

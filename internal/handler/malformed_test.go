@@ -56,6 +56,11 @@ func (r *recorder) Orders(ctx context.Context, buyer string, f service.OrderFilt
 	return r.svc.Orders(ctx, buyer, f)
 }
 
+func (r *recorder) AllOrders(ctx context.Context, f service.AllOrdersFilter) ([]service.Order, int64, error) {
+	r.record("AllOrders")
+	return r.svc.AllOrders(ctx, f)
+}
+
 func (r *recorder) Confirm(ctx context.Context, id int64, ref string) (service.Order, error) {
 	r.record("Confirm")
 	return r.svc.Confirm(ctx, id, ref)
@@ -142,6 +147,14 @@ func TestMalformedRequestsTable(t *testing.T) {
 		{"orders limit not a number", "GET", "/v1/orders?limit=x", "", "", "", ``, 400, "invalid-request", ""},
 		{"orders bad cursor", "GET", "/v1/orders?cursor=-1", "", "", "", ``, 400, "invalid-request", ""},
 		{"orders limit too big", "GET", "/v1/orders?limit=1000", "", "", "", ``, 400, "invalid-request", "Orders"},
+		{"admin orders cursor not a number", "GET", "/v1/admin/orders?after=x", "", "", bearer, ``, 400, "invalid-request", ""},
+		{"admin orders cursor zero", "GET", "/v1/admin/orders?after=0", "", "", bearer, ``, 400, "invalid-request", ""},
+		{"admin orders limit not a number", "GET", "/v1/admin/orders?limit=1.5", "", "", bearer, ``, 400, "invalid-request", ""},
+		{"admin orders limit zero", "GET", "/v1/admin/orders?limit=0", "", "", bearer, ``, 400, "invalid-request", "AllOrders"},
+		{"admin orders limit too big", "GET", "/v1/admin/orders?limit=101", "", "", bearer, ``, 400, "invalid-request", "AllOrders"},
+		{"admin orders bad status", "GET", "/v1/admin/orders?status=paid", "", "", bearer, ``, 400, "invalid-request", "AllOrders"},
+		{"admin orders bad sku", "GET", "/v1/admin/orders?sku=a%20b", "", "", bearer, ``, 400, "invalid-request", "AllOrders"},
+		{"admin orders without token", "GET", "/v1/admin/orders", "", "", "none", ``, 401, "unauthorized", ""},
 		{"admin without token", "PUT", "/v1/admin/stock/SKU-1", "", js, "", `{"available":1000}`, 401, "unauthorized", ""},
 		{"admin wrong token", "PUT", "/v1/admin/stock/SKU-1", "", js, "Bearer nope", `{"available":1000}`, 401, "unauthorized", ""},
 		{"admin token not bearer", "PUT", "/v1/admin/stock/SKU-1", "", js, "admin-secret", `{"available":1000}`, 401, "unauthorized", ""},

@@ -1,9 +1,13 @@
 package handler
 
 import (
+	"bytes"
+	"encoding/csv"
 	"fmt"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -89,23 +93,9 @@ type orderPage struct {
 }
 
 func (h *Handler) listOrders(c *gin.Context) {
-	limit := 20
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			_ = c.Error(fmt.Errorf("%w: limit must be an integer from 1 to %d", service.ErrInvalid, service.MaxPage))
-			return
-		}
-		limit = n
-	}
-	var before int64
-	if v := c.Query("cursor"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			_ = c.Error(fmt.Errorf("%w: the cursor is not valid", service.ErrInvalid))
-			return
-		}
-		before = n
+	limit, before, ok := pageQuery(c, "cursor")
+	if !ok {
+		return
 	}
 	os, err := h.svc.Orders(c.Request.Context(), buyer(c),
 		service.OrderFilter{SKU: c.Query("sku"), Status: service.Status(c.Query("status")), Before: before, Limit: limit})
@@ -121,6 +111,122 @@ func (h *Handler) listOrders(c *gin.Context) {
 		page.NextCursor = strconv.FormatInt(os[len(os)-1].ID, 10)
 	}
 	writeJSON(c, http.StatusOK, page)
+}
+
+// pageQuery is a list's `limit` (default 20) and its cursor, the query
+// parameter named cursor (0 when absent), or false with an ErrInvalid
+// attached. The limit's range is the service's to check.
+func pageQuery(c *gin.Context, cursor string) (limit int, id int64, ok bool) {
+	limit = 20
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			_ = c.Error(fmt.Errorf("%w: limit must be an integer from 1 to %d", service.ErrInvalid, service.MaxPage))
+			return 0, 0, false
+		}
+		limit = n
+	}
+	if v := c.Query(cursor); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			_ = c.Error(fmt.Errorf("%w: the cursor is not valid", service.ErrInvalid))
+			return 0, 0, false
+		}
+		id = n
+	}
+	return limit, id, true
+}
+
+// allOrdersPage is a page of every buyer's orders, oldest first; Next,
+// null on the last page, is the `after` of the next.
+type allOrdersPage struct {
+	Orders []service.Order `json:"orders"`
+	Next   *string         `json:"next"`
+}
+
+// listAllOrders answers GET /v1/admin/orders: every buyer's orders of `sku`
+// and `status` (if given) above the cursor `after`, oldest first, `limit`
+// at a time as the buyer's list; in CSV (ordersCSV) when Accept prefers
+// text/csv to JSON.
+func (h *Handler) listAllOrders(c *gin.Context) {
+	limit, after, ok := pageQuery(c, "after")
+	if !ok {
+		return
+	}
+	os, next, err := h.svc.AllOrders(c.Request.Context(),
+		service.AllOrdersFilter{SKU: c.Query("sku"), Status: service.Status(c.Query("status")), After: after, Limit: limit})
+	if err != nil {
+		_ = c.Error(err)
+		return
+	}
+	c.Header("Vary", "Accept")
+	if prefersCSV(c.Request.Header.Values("Accept")) {
+		if next > 0 {
+			c.Header(api.NextCursor, strconv.FormatInt(next, 10))
+		}
+		c.Data(http.StatusOK, "text/csv; charset=utf-8", ordersCSV(os))
+		return
+	}
+	page := allOrdersPage{Orders: os}
+	if page.Orders == nil {
+		page.Orders = []service.Order{}
+	}
+	if next > 0 {
+		cursor := strconv.FormatInt(next, 10)
+		page.Next = &cursor
+	}
+	writeJSON(c, http.StatusOK, page)
+}
+
+// csvTime is the layout of the times in CSV: RFC 3339 in UTC, to the
+// microsecond (the JSON deadline's).
+const csvTime = "2006-01-02T15:04:05.000000Z07:00"
+
+// ordersCSV is os as RFC 4180 CSV (CRLF line ends): a header row, then one
+// row per order; an empty cell is a value the order has not.
+func ordersCSV(os []service.Order) []byte {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	w.UseCRLF = true
+	_ = w.Write([]string{"id", "sku", "buyer", "quantity", "status", "created_at", "expires_at", "payment_ref"})
+	for _, o := range os {
+		expires := ""
+		if o.ExpiresAt != nil {
+			expires = o.ExpiresAt.UTC().Format(csvTime)
+		}
+		_ = w.Write([]string{strconv.FormatInt(o.ID, 10), o.SKU, o.Buyer, strconv.Itoa(o.Quantity), string(o.Status),
+			o.CreatedAt.UTC().Format(csvTime), expires, o.PaymentRef})
+	}
+	w.Flush() // a bytes.Buffer takes every write: no error to check
+	return b.Bytes()
+}
+
+// prefersCSV reports whether the Accept header values give text/csv a
+// higher q than JSON (application/json, application/* or */*): without an
+// Accept, or on a tie, the answer is JSON.
+func prefersCSV(accept []string) bool {
+	var csvQ, jsonQ float64
+	for _, v := range accept {
+		for part := range strings.SplitSeq(v, ",") {
+			typ, params, err := mime.ParseMediaType(part)
+			if err != nil {
+				continue
+			}
+			q := 1.0
+			if qs, ok := params["q"]; ok {
+				if q, err = strconv.ParseFloat(qs, 64); err != nil {
+					continue
+				}
+			}
+			switch typ {
+			case "text/csv":
+				csvQ = max(csvQ, q)
+			case "application/json", "application/*", "*/*":
+				jsonQ = max(jsonQ, q)
+			}
+		}
+	}
+	return csvQ > jsonQ
 }
 
 // confirmRequest is confirm's optional body.

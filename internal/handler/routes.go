@@ -31,6 +31,7 @@ type Placer interface {
 type Lifecycle interface {
 	Order(ctx context.Context, buyer string, id int64) (service.Order, error)
 	Orders(ctx context.Context, buyer string, f service.OrderFilter) ([]service.Order, error)
+	AllOrders(ctx context.Context, f service.AllOrdersFilter) ([]service.Order, int64, error)
 	Confirm(ctx context.Context, id int64, paymentRef string) (service.Order, error)
 	Cancel(ctx context.Context, buyer string, id int64) (service.Order, error)
 }
@@ -219,6 +220,7 @@ func (h *Handler) routes(r *gin.Engine, cfg Config, gatherer prometheus.Gatherer
 	admin := r.Group("", h.admin)
 	admin.PUT(api.AdminStock, h.setStock)
 	get(admin, api.AdminAudit, h.audit)
+	get(admin, api.AdminOrders, h.listAllOrders)
 	get(admin, api.AdminOrder, h.getOrder)
 	admin.POST(api.AdminCancel, h.cancelOrder)
 	if h.feed != nil {

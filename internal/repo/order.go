@@ -32,13 +32,7 @@ func (s *Store) Order(ctx context.Context, id int64) (service.Order, error) {
 // Orders returns the buyer's orders as f selects them, newest first. The
 // buyer matches byte for byte, as in OrderByKey.
 func (s *Store) Orders(ctx context.Context, buyer string, f service.OrderFilter) ([]service.Order, error) {
-	q := s.db.WithContext(ctx).Where("buyer = ?", buyer)
-	if f.SKU != "" {
-		q = q.Where("sku = ?", f.SKU)
-	}
-	if f.Status != "" {
-		q = q.Where("status = ?", f.Status)
-	}
+	q := ofSKUAndStatus(s.db.WithContext(ctx).Where("buyer = ?", buyer), f.SKU, f.Status)
 	if f.Before > 0 {
 		q = q.Where("id < ?", f.Before)
 	}
@@ -53,6 +47,35 @@ func (s *Store) Orders(ctx context.Context, buyer string, f service.OrderFilter)
 		}
 	}
 	return out, nil
+}
+
+// AllOrders returns every buyer's orders as f selects them, oldest first,
+// as a keyset page (id > after ORDER BY id); a connection's error wraps
+// service.ErrUnavailable. A SKU's page walks ix_orders_sku, which InnoDB
+// keys by (sku, id); the optimizer walks the primary key for any other, or
+// ix_orders_due for the reserved orders (few: they expire).
+func (s *Store) AllOrders(ctx context.Context, f service.AllOrdersFilter) ([]service.Order, error) {
+	q := ofSKUAndStatus(s.db.WithContext(ctx).Where("id > ?", f.After), f.SKU, f.Status)
+	var rows []orderModel
+	if err := q.Order("id").Limit(f.Limit).Find(&rows).Error; err != nil {
+		return nil, translate(ctx, "list all orders", err)
+	}
+	out := make([]service.Order, len(rows))
+	for i, r := range rows {
+		out[i] = r.order()
+	}
+	return out, nil
+}
+
+// ofSKUAndStatus narrows q to the orders of sku and status ("" for any).
+func ofSKUAndStatus(q *gorm.DB, sku string, status service.Status) *gorm.DB {
+	if sku != "" {
+		q = q.Where("sku = ?", sku)
+	}
+	if status != "" {
+		q = q.Where("status = ?", status)
+	}
+	return q
 }
 
 // findOrder returns the order q selects, or service.ErrOrderNotFound.

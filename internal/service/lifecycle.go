@@ -17,8 +17,8 @@ import (
 // each transition with Decide, on the order's locked row and its own clock,
 // and applies it in one transaction with the units it returns.
 
-// Lifecycle reads and moves placed orders: an order or a buyer's page of
-// them (read.go), confirm, cancel, and the sweep of expired reservations.
+// Lifecycle reads and moves placed orders: an order, a buyer's page of
+// them or the admin's page of all (read.go), confirm, cancel, and the sweep of expired reservations.
 // The units it returns are made visible to the placement (its sold-out
 // entry ends), the Redis counter and the other instances. Safe for
 // concurrent use.

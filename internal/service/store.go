@@ -159,6 +159,15 @@ type OrderFilter struct {
 	Limit  int
 }
 
+// AllOrdersFilter selects a page of every buyer's orders, oldest first (the
+// admin's list).
+type AllOrdersFilter struct {
+	SKU    string // "": any
+	Status Status // "": any
+	After  int64  // ids above it; 0: from the oldest
+	Limit  int
+}
+
 // Write says how Store.Deduct guards the stock row.
 type Write int
 
@@ -250,6 +259,9 @@ type Store interface {
 	// Orders returns the buyer's orders of sku and status ("" for any) with
 	// ids below before (0: from the newest), newest first, at most limit.
 	Orders(ctx context.Context, buyer string, f OrderFilter) ([]Order, error)
+	// AllOrders returns every buyer's orders of sku and status ("" for any)
+	// with ids above after (0: from the oldest), oldest first, at most limit.
+	AllOrders(ctx context.Context, f AllOrdersFilter) ([]Order, error)
 	// Stock returns the stock row, or ErrUnknownSKU.
 	Stock(ctx context.Context, sku string) (Stock, error)
 	// KeysTaken reports, per key, whether it has an order, in one read.

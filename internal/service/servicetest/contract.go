@@ -30,8 +30,8 @@ type ContractStore struct {
 // a store of its own from newStore: every Write mode and the order of its
 // checks, conflicts under concurrent writers, duplicate keys, the per-buyer
 // limit, BeforeCommit's rollback, batches, restocks, Precheck's
-// snapshot, paging, SetStock and Audit, and the order lifecycle (reserve,
-// confirm, cancel, expire, returns). The MySQL store is the reference:
+// snapshot, paging (a buyer's and the admin's), SetStock and Audit, and
+// the order lifecycle (reserve, confirm, cancel, expire, returns). The MySQL store is the reference:
 // a case fails on a store that does what MySQL does not.
 func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 	cases := []struct {
@@ -52,6 +52,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"Precheck", contractPrecheck},
 		{"SnapshotReads", contractSnapshotReads},
 		{"Orders", contractOrders},
+		{"AllOrders", contractAllOrders},
 		{"ConcurrentWriters", contractConcurrentWriters},
 		{"Audit", contractAudit},
 		{"Reserve", contractReserve},
@@ -793,6 +794,85 @@ func contractOrders(t *testing.T, s ContractStore) {
 	expect("O1's orders below the 5th", page("O1", mine[4].ID, 10), mine[2], mine[0])
 	if os, err := s.Orders(ctx, "nobody", service.OrderFilter{Limit: 10}); err != nil || len(os) != 0 {
 		t.Fatalf("Orders of a buyer without orders = %v, %v; want none", os, err)
+	}
+}
+
+// AllOrders pages every buyer's orders oldest first above a cursor, of a
+// SKU, a status, both or neither: walked page by page, each filter meets
+// every order it selects exactly once, in id order, with a short or empty
+// page last.
+func contractAllOrders(t *testing.T, s ContractStore) {
+	ctx := context.Background()
+	mustSetStock(t, s, "A1", 100, 0)
+	setWindow(t, s, "A2", 100, 0, 60)
+	var ids []int64
+	for i := range 9 {
+		sku := []string{"A1", "A2"}[i%2]
+		ids = append(ids, mustDeduct(t, s, deduction([]string{"x", "y", "z"}[i%3], fmt.Sprintf("a-%d", i), sku, 1, service.WriteConditional)).ID)
+	}
+	for op, id := range map[service.Op]int64{service.OpCancel: ids[1], service.OpConfirm: ids[5]} {
+		if _, err := transition(t, s, op, id, "", "ref-a"); err != nil {
+			t.Fatalf("%s of order %d = %v", op, id, err)
+		}
+	}
+	var all []service.Order // as the store holds them now, oldest first
+	for _, id := range ids {
+		o, err := s.Order(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, o)
+	}
+	for _, f := range []service.AllOrdersFilter{{}, {SKU: "A1"}, {SKU: "A2"}, {Status: service.StatusReserved},
+		{SKU: "A2", Status: service.StatusCancelled}, {SKU: "A1", Status: service.StatusCancelled}, {SKU: "none"}} {
+		var want []service.Order
+		for _, o := range all {
+			if (f.SKU == "" || o.SKU == f.SKU) && (f.Status == "" || o.Status == f.Status) {
+				want = append(want, o)
+			}
+		}
+		for _, limit := range []int{1, 2, 3, len(all)} {
+			f.Limit = limit
+			got := walkAllOrders(t, s, f)
+			if len(got) != len(want) {
+				t.Fatalf("AllOrders pages of %+v = %d orders; want %d", f, len(got), len(want))
+			}
+			for i := range got {
+				sameOrder(t, fmt.Sprintf("AllOrders pages of %+v [%d]", f, i), got[i], want[i])
+			}
+		}
+	}
+	// A cursor need not be an order of the filter: the page starts above it.
+	os, err := s.AllOrders(ctx, service.AllOrdersFilter{SKU: "A1", After: ids[1], Limit: 1})
+	if err != nil || len(os) != 1 || os[0].ID != ids[2] {
+		t.Fatalf("AllOrders(A1, after order %d of A2) = %v, %v; want order %d", ids[1], os, err, ids[2])
+	}
+}
+
+// walkAllOrders reads f's pages from f.After on, as a client does, and
+// returns their orders; it fails t unless every page before the last is
+// full, the last is short (or empty), and ids ascend.
+func walkAllOrders(t *testing.T, s service.Store, f service.AllOrdersFilter) []service.Order {
+	t.Helper()
+	var got []service.Order
+	for {
+		page, err := s.AllOrders(context.Background(), f)
+		if err != nil {
+			t.Fatalf("AllOrders(%+v) = %v", f, err)
+		}
+		for _, o := range page {
+			if o.ID <= f.After {
+				t.Fatalf("AllOrders(%+v) gave order %d, not above the cursor or not in id order", f, o.ID)
+			}
+			f.After = o.ID
+		}
+		got = append(got, page...)
+		if len(page) > f.Limit {
+			t.Fatalf("AllOrders(%+v) = %d orders; want at most the limit", f, len(page))
+		}
+		if len(page) < f.Limit {
+			return got
+		}
 	}
 }
 

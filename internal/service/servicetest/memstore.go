@@ -271,6 +271,23 @@ func (m *MemStore) Orders(ctx context.Context, buyer string, f service.OrderFilt
 	return out, nil
 }
 
+// AllOrders returns every buyer's orders as f selects them, oldest first.
+func (m *MemStore) AllOrders(ctx context.Context, f service.AllOrdersFilter) ([]service.Order, error) {
+	if err := ctxErr(ctx, "list all orders"); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []service.Order
+	for _, o := range m.orders {
+		if o.ID > f.After && (f.SKU == "" || o.SKU == f.SKU) && (f.Status == "" || o.Status == f.Status) {
+			out = append(out, cloneOrder(o))
+		}
+	}
+	slices.SortFunc(out, func(a, b service.Order) int { return cmp.Compare(a.ID, b.ID) })
+	return out[:min(len(out), max(f.Limit, 0))], nil
+}
+
 // Stock returns the stock row of sku, or service.ErrUnknownSKU.
 func (m *MemStore) Stock(ctx context.Context, sku string) (service.Stock, error) {
 	if err := ctxErr(ctx, "read stock"); err != nil {
