@@ -53,7 +53,7 @@ func contractSchedule(t *testing.T, s ContractStore) {
 		}
 	}
 	_, _, err := s.DeductBatch(context.Background(), service.Batch{SKU: "SC", Items: []service.BatchItem{{Buyer: "b", Key: "early-batch", Quantity: 1}}})
-	closedAs(t, "DeductBatch before the start", err, service.ErrSaleNotStarted)
+	_ = closedAs(t, "DeductBatch before the start", err, service.ErrSaleNotStarted)
 	if st := mustStock(t, s, "SC"); st != before {
 		t.Fatalf("stock after refused orders = %+v; want %+v unchanged", st, before)
 	}
@@ -96,7 +96,7 @@ func contractScheduleEnded(t *testing.T, s ContractStore, now time.Time, o servi
 		}
 	}
 	_, _, err = s.DeductBatch(context.Background(), service.Batch{SKU: "SC", Items: []service.BatchItem{{Buyer: "d", Key: "late-batch", Quantity: 1}}})
-	closedAs(t, "DeductBatch after the end", err, service.ErrSaleEnded)
+	_ = closedAs(t, "DeductBatch after the end", err, service.ErrSaleEnded)
 	seq := mustStock(t, s, "SC").RestockSeq
 	reopened, err := s.SetStock(context.Background(), "SC", service.StockSetting{Available: 1, PaymentWindowSeconds: 60,
 		EndsAt: service.TimeSetting{Set: true}})
