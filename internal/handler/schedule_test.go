@@ -83,6 +83,11 @@ func scheduleEnded(t *testing.T, ins []*instance) {
 	if !a.Consistent || a.Available != 1 || a.Orders != 5 {
 		t.Fatalf("audit after the end = %+v; want consistent, the cancelled unit available, 5 orders", a)
 	}
+	for _, body := range []string{`{"available":1,"sale_starts_at":"tomorrow"}`, `{"available":1,"sale_ends_at":7}`,
+		`{"available":1,"sale_starts_at":"0999-01-01T00:00:00Z"}`} {
+		r := do(t, "PUT", ins[0].url+"/v1/admin/stock/SCH", jsonHeader("Authorization", "Bearer "+adminToken), body)
+		wantAnswer(t, "PUT "+body, r, http.StatusBadRequest, "invalid-request")
+	}
 	bad := end.Add(-time.Hour)
 	if _, err := ins[0].admin.SetStock(t.Context(), "SCH", client.StockSetting{Available: 1, PaymentWindowSeconds: 60, SaleEndsAt: &bad}); !client.IsKind(err, client.KindInvalidRequest) {
 		t.Fatalf("SetStock with an end before the start = %v; want invalid-request", err)
