@@ -272,3 +272,41 @@ func TestCPUProfile(t *testing.T) {
 		t.Errorf("CPUProfile = %d bytes %.4x, %v; want a gzipped pprof profile", len(b), b, err)
 	}
 }
+
+// TestUnpaidCap: StockSetting sends max_unpaid_per_buyer left out (the
+// default), null (NoUnpaidCap) or as a number, Stock reads the cap in
+// force back (nil: none), and unpaid-limit arrives with its members.
+func TestUnpaidCap(t *testing.T) {
+	ctx := t.Context()
+	admin := newClient(t, adminToken)
+	s := sku(t)
+	for _, c := range []struct {
+		set  client.StockSetting
+		want *int64
+	}{
+		{client.StockSetting{Available: 10}, nil},
+		{client.StockSetting{Available: 10, PaymentWindowSeconds: 60}, ptr(100)},
+		{client.StockSetting{Available: 10, PaymentWindowSeconds: 60, NoUnpaidCap: true}, nil},
+		{client.StockSetting{Available: 10, PaymentWindowSeconds: 60, MaxUnpaidPerBuyer: 2}, ptr(2)},
+	} {
+		st, err := admin.SetStock(ctx, s, c.set)
+		read, rerr := admin.Stock(ctx, s)
+		if err != nil || rerr != nil || !samePtr(st.MaxUnpaidPerBuyer, c.want) || !samePtr(read.MaxUnpaidPerBuyer, c.want) {
+			t.Fatalf("SetStock(%+v) = %v, %v; Stock = %v, %v; want the cap %v", c.set, st.MaxUnpaidPerBuyer, err, read.MaxUnpaidPerBuyer, rerr, c.want)
+		}
+	}
+	buyer := admin.As(buyerToken("u-unpaid"))
+	if _, err := buyer.Place(ctx, "k1", s, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := buyer.Place(ctx, "k2", s, 1)
+	var p *client.Problem
+	if !errors.As(err, &p) || p.Status != http.StatusConflict || p.Kind() != client.KindUnpaidLimit || p.Temporary() ||
+		!samePtr(p.MaxUnpaidPerBuyer, ptr(2)) || !samePtr(p.Unpaid, ptr(2)) {
+		t.Fatalf("an order past the unpaid cap = %#v; want unpaid-limit with the cap 2 and 2 unpaid", err)
+	}
+}
+
+func ptr(n int64) *int64 { return &n }
+
+func samePtr(a, b *int64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }

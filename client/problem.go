@@ -28,6 +28,7 @@ const (
 	KindOrderNotFound        = "order-not-found"
 	KindSoldOut              = "sold-out"
 	KindLimitExceeded        = "limit-exceeded"
+	KindUnpaidLimit          = "unpaid-limit"
 	KindSaleNotStarted       = "sale-not-started"
 	KindSaleEnded            = "sale-ended"
 	KindOrderExpired         = "order-expired"
@@ -60,6 +61,10 @@ type Problem struct {
 	// limit and what the buyer may still order.
 	Limit     *int64 `json:"limit,omitempty"`
 	Remaining *int64 `json:"remaining,omitempty"`
+	// MaxUnpaidPerBuyer and Unpaid come with unpaid-limit: the SKU's cap on
+	// one buyer's reserved, unpaid units and what the buyer has unpaid.
+	MaxUnpaidPerBuyer *int64 `json:"max_unpaid_per_buyer,omitempty"`
+	Unpaid            *int64 `json:"unpaid,omitempty"`
 	// StartsAt comes with sale-not-started: when the sale opens.
 	StartsAt *time.Time `json:"starts_at,omitempty"`
 	// RetryAfter is the answer's Retry-After in whole seconds (0: none).

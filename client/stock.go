@@ -25,6 +25,9 @@ type Stock struct {
 	// the start, never closed.
 	SaleStartsAt *time.Time `json:"sale_starts_at"`
 	SaleEndsAt   *time.Time `json:"sale_ends_at"`
+	// MaxUnpaidPerBuyer is the cap in force on one buyer's reserved,
+	// unpaid units (the default or the one set); nil: none.
+	MaxUnpaidPerBuyer *int64 `json:"max_unpaid_per_buyer"`
 	// Now is the service's clock (its database's) at the read, the clock
 	// the schedule is decided by; set by Stock only.
 	Now time.Time `json:"now,omitzero"`
@@ -32,7 +35,9 @@ type Stock struct {
 
 // StockSetting is what an admin sets on a SKU; a zero PerBuyerLimit or
 // PaymentWindowSeconds means none. A nil SaleStartsAt or SaleEndsAt keeps
-// the stored value, unless ClearStart or ClearEnd says to clear it.
+// the stored value, unless ClearStart or ClearEnd says to clear it. A zero
+// MaxUnpaidPerBuyer is the default cap on a buyer's unpaid units, unless
+// NoUnpaidCap asks for none.
 type StockSetting struct {
 	Available            int64
 	PerBuyerLimit        int64
@@ -40,10 +45,13 @@ type StockSetting struct {
 	SaleStartsAt         *time.Time
 	SaleEndsAt           *time.Time
 	ClearStart, ClearEnd bool
+	MaxUnpaidPerBuyer    int64
+	NoUnpaidCap          bool
 }
 
 // MarshalJSON is the PUT's body: a schedule field is left out (kept),
-// null (cleared) or a time.
+// null (cleared) or a time; max_unpaid_per_buyer is left out (the
+// default), null (NoUnpaidCap) or the cap.
 func (s StockSetting) MarshalJSON() ([]byte, error) {
 	body := map[string]any{"available": s.Available}
 	if s.PerBuyerLimit != 0 {
@@ -51,6 +59,12 @@ func (s StockSetting) MarshalJSON() ([]byte, error) {
 	}
 	if s.PaymentWindowSeconds != 0 {
 		body["payment_window_seconds"] = s.PaymentWindowSeconds
+	}
+	switch {
+	case s.NoUnpaidCap:
+		body["max_unpaid_per_buyer"] = nil
+	case s.MaxUnpaidPerBuyer != 0:
+		body["max_unpaid_per_buyer"] = s.MaxUnpaidPerBuyer
 	}
 	for _, f := range []struct {
 		name  string
@@ -103,6 +117,7 @@ type Audit struct {
 	MaxBuyerHolds     int64            `json:"max_buyer_holds"`
 	BuyersOverLimit   int64            `json:"buyers_over_limit"`
 	LedgerMismatch    int64            `json:"buyer_ledger_mismatch"`
+	UnpaidMismatch    int64            `json:"unpaid_mismatch"`
 	LedgerRestocked   int64            `json:"ledger_restocked"`
 	LedgerSold        int64            `json:"ledger_sold"`
 	LedgerReturned    int64            `json:"ledger_returned"`

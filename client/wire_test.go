@@ -30,6 +30,13 @@ func TestTypesHoldEveryField(t *testing.T) {
 	if _, err := admin.Confirm(ctx, o.ID, "ref-w"); err != nil {
 		t.Fatal(err)
 	}
+	hoarded := sku(t)
+	if _, err := admin.SetStock(ctx, hoarded, client.StockSetting{Available: 5, PaymentWindowSeconds: 60, MaxUnpaidPerBuyer: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.As(buyer).Place(ctx, "w3", hoarded, 1); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		method, path, tok, body string
 		into                    any
@@ -39,7 +46,9 @@ func TestTypesHoldEveryField(t *testing.T) {
 		{"GET", "/v1/admin/orders?limit=1&sku=" + s, adminToken, "", &client.AdminOrderPage{}},
 		{"GET", "/v1/stock/" + s, "", "", &client.Stock{}},
 		{"GET", "/v1/admin/stock/" + s + "/audit", adminToken, "", &client.Audit{}},
-		{"POST", "/v1/orders", buyer, `{"sku":"` + s + `","quantity":1}`, &client.Problem{}}, // limit-exceeded: limit, remaining
+		{"POST", "/v1/orders", buyer, `{"sku":"` + s + `","quantity":1}`, &client.Problem{}},       // limit-exceeded: limit, remaining
+		{"POST", "/v1/orders", buyer, `{"sku":"` + hoarded + `","quantity":1}`, &client.Problem{}}, // unpaid-limit: max_unpaid_per_buyer, unpaid
+		{"GET", "/v1/stock/" + hoarded, "", "", &client.Stock{}},
 	}
 	for _, c := range cases {
 		raw := rawAnswer(t, c.method, c.path, c.tok, c.body)

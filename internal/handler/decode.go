@@ -17,6 +17,8 @@ import (
 	"sync"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/seckill/stock/internal/service"
 )
 
 // decodeJSON reads the body strictly into v: application/json only, at most
@@ -293,6 +295,8 @@ func bodyErr(err error, maxBody int64) error {
 		return fmt.Errorf("%w: %w", errBodyTimeout, err)
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("%w: empty body", errMalformed)
+	case errors.Is(err, service.ErrInvalid): // a field's own decoder (setInstant, setUnpaid) says what to fix
+		return err
 	case errors.As(err, &ute):
 		return fmt.Errorf("%w: field %q must be %s", errMalformed, ute.Field, kindName(ute.Type))
 	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):

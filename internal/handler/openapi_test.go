@@ -263,7 +263,7 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	const base = "https://stock.example/problems/"
-	stock := `{"sku":"S","available":1,"reserved":0,"sold":0,"version":1,"per_buyer_limit":0,"payment_window_seconds":0,"sale_starts_at":null,"sale_ends_at":null}`
+	stock := `{"sku":"S","available":1,"reserved":0,"sold":0,"version":1,"per_buyer_limit":0,"payment_window_seconds":0,"sale_starts_at":null,"sale_ends_at":null,"max_unpaid_per_buyer":null}`
 	order := `{"id":7,"buyer":"b","idempotency_key":"k","sku":"S","quantity":1,"status":"confirmed","created_at":"2026-01-02T03:04:05Z"}`
 	problem := func(kind string, status int, extra string) string {
 		return fmt.Sprintf(`{"type":%q,"title":"t","status":%d,"instance":"/x"%s}`, base+kind, status, extra)
@@ -314,6 +314,10 @@ func TestSpecCheckCatchesDrift(t *testing.T) {
 		{"401 without WWW-Authenticate", "POST", "/v1/orders", "", nil, "", 401, pj, nil, problem("invalid-token", 401, ""), true},
 		{"limit exceeded", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("limit-exceeded", 409, `,"detail":"d","limit":3,"remaining":0`), false},
 		{"limit exceeded without remaining", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("limit-exceeded", 409, `,"detail":"d","limit":3`), true},
+		{"unpaid limit", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("unpaid-limit", 409, `,"detail":"d","max_unpaid_per_buyer":100,"unpaid":100`), false},
+		{"unpaid limit without unpaid", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("unpaid-limit", 409, `,"detail":"d","max_unpaid_per_buyer":100`), true},
+		{"unpaid limit with a limit's members", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("unpaid-limit", 409, `,"detail":"d","max_unpaid_per_buyer":100,"unpaid":100,"limit":3`), true},
+		{"stock without its unpaid cap", "GET", "/v1/stock/S", "", nil, "", 200, js, nil, strings.Replace(stock, `,"max_unpaid_per_buyer":null`, "", 1), true},
 		{"sold out with a limit", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 409, pj, nil, problem("sold-out", 409, `,"limit":3,"remaining":0`), true},
 		{"busy without Retry-After", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 429, pj, nil, problem("busy", 429, ""), true},
 		{"busy", "POST", "/v1/orders", buyer, []string{"Idempotency-Key", "k"}, `{"sku":"S","quantity":1}`, 429, pj, []string{"Retry-After", "1"}, problem("busy", 429, ""), false},

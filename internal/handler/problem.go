@@ -28,6 +28,10 @@ type Problem struct {
 	// what the buyer may still order.
 	Limit     *int64 `json:"limit,omitempty"`
 	Remaining *int64 `json:"remaining,omitempty"`
+	// MaxUnpaidPerBuyer and Unpaid, for unpaid-limit: the SKU's cap on one
+	// buyer's reserved, unpaid units and what the buyer has unpaid now.
+	MaxUnpaidPerBuyer *int64 `json:"max_unpaid_per_buyer,omitempty"`
+	Unpaid            *int64 `json:"unpaid,omitempty"`
 	// StartsAt, for sale-not-started: when the sale opens (RFC 3339 UTC).
 	StartsAt string `json:"starts_at,omitempty"`
 }
@@ -81,6 +85,7 @@ var problems = []kind{
 	{err: service.ErrOrderNotFound, status: http.StatusNotFound, kind: "order-not-found", title: "No such order"},
 	{err: service.ErrSoldOut, status: http.StatusConflict, kind: "sold-out", title: "Sold out"},
 	{err: service.ErrLimitExceeded, status: http.StatusConflict, kind: "limit-exceeded", title: "The order would exceed the per-buyer limit of this SKU"},
+	{err: service.ErrUnpaidLimit, status: http.StatusConflict, kind: "unpaid-limit", title: "The order would exceed the unpaid units one buyer may have of this SKU"},
 	{err: service.ErrSaleNotStarted, status: http.StatusConflict, kind: "sale-not-started", title: "The sale has not started", showCause: true},
 	{err: service.ErrSaleEnded, status: http.StatusConflict, kind: "sale-ended", title: "The sale has ended", showCause: true},
 	{err: service.ErrOrderExpired, status: http.StatusConflict, kind: "order-expired", title: "The order expired before it was paid", showCause: true},
@@ -131,6 +136,12 @@ func problemMiddleware(log *slog.Logger) gin.HandlerFunc {
 			limit, left := le.Limit, le.Remaining()
 			p.Limit, p.Remaining = &limit, &left
 			p.Detail = fmt.Sprintf("at most %d per buyer; %d left for you", limit, left)
+		}
+		var ue *service.UnpaidError
+		if errors.As(err, &ue) {
+			capUnits, unpaid := ue.Cap, ue.Unpaid
+			p.MaxUnpaidPerBuyer, p.Unpaid = &capUnits, &unpaid
+			p.Detail = fmt.Sprintf("at most %d unpaid units per buyer and you have %d: pay or cancel an order first", capUnits, unpaid)
 		}
 		var closed *service.SaleClosedError
 		if errors.As(err, &closed) && !closed.Ended {

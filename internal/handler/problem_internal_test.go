@@ -49,7 +49,7 @@ func TestEveryServiceErrorHasAProblem(t *testing.T) {
 	}
 	byName := map[string]error{
 		"ErrInvalid": service.ErrInvalid, "ErrUnknownSKU": service.ErrUnknownSKU, "ErrOrderNotFound": service.ErrOrderNotFound,
-		"ErrSoldOut": service.ErrSoldOut, "ErrLimitExceeded": service.ErrLimitExceeded, "ErrKeyReused": service.ErrKeyReused,
+		"ErrSoldOut": service.ErrSoldOut, "ErrLimitExceeded": service.ErrLimitExceeded, "ErrUnpaidLimit": service.ErrUnpaidLimit, "ErrKeyReused": service.ErrKeyReused,
 		"ErrInProgress": service.ErrInProgress, "ErrBusy": service.ErrBusy, "ErrUnavailable": service.ErrUnavailable,
 		"ErrLockLost": service.ErrLockLost,
 	}
@@ -82,7 +82,7 @@ func TestClientKnowsEveryKind(t *testing.T) {
 		client.KindUnsupportedMediaType, client.KindInvalidToken, client.KindUnauthorized, client.KindAdminDisabled,
 		client.KindCORSOriginRefused, client.KindPaymentUnauthorized, client.KindPaymentDisabled, client.KindNotFound,
 		client.KindMethodNotAllowed, client.KindUnknownSKU, client.KindOrderNotFound, client.KindSoldOut,
-		client.KindLimitExceeded, client.KindSaleNotStarted, client.KindSaleEnded, client.KindOrderExpired, client.KindOrderCancelled,
+		client.KindLimitExceeded, client.KindUnpaidLimit, client.KindSaleNotStarted, client.KindSaleEnded, client.KindOrderExpired, client.KindOrderCancelled,
 		client.KindOrderConfirmed, client.KindOrderAlreadyPaid, client.KindKeyReused, client.KindRateLimited, client.KindOverloaded,
 		client.KindRequestInProgress,
 		client.KindBusy, client.KindLockLost, client.KindUnavailable, client.KindInternal, client.KindEventNotFound,

@@ -1,7 +1,9 @@
 package handler
 
 import (
+	"bytes"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -27,6 +29,7 @@ type setStockRequest struct {
 	PaymentWindowSeconds *int64     `json:"payment_window_seconds"`
 	SaleStartsAt         setInstant `json:"sale_starts_at"`
 	SaleEndsAt           setInstant `json:"sale_ends_at"`
+	MaxUnpaidPerBuyer    setUnpaid  `json:"max_unpaid_per_buyer"`
 }
 
 // setInstant is a schedule field of a PUT: left out, it keeps the stored
@@ -37,6 +40,22 @@ func (s *setInstant) UnmarshalJSON(b []byte) error {
 	s.Set = true
 	if err := s.At.UnmarshalJSON(b); err != nil {
 		return fmt.Errorf("%w: sale_starts_at and sale_ends_at must be RFC 3339 times or null", service.ErrInvalid)
+	}
+	return nil
+}
+
+// setUnpaid is max_unpaid_per_buyer of a PUT: left out, the default (Set
+// false); null, no cap (Set, Cap 0); an integer from 1 to
+// service.MaxUnpaidCap, that cap.
+type setUnpaid service.UnpaidSetting
+
+func (s *setUnpaid) UnmarshalJSON(b []byte) error {
+	s.Set, s.Cap = true, 0
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	if err := json.Unmarshal(b, &s.Cap); err != nil || s.Cap < 1 || s.Cap > service.MaxUnpaidCap {
+		return fmt.Errorf("%w: max_unpaid_per_buyer must be an integer from 1 to %d, or null (no cap)", service.ErrInvalid, service.MaxUnpaidCap)
 	}
 	return nil
 }
@@ -59,6 +78,7 @@ func (h *Handler) setStock(c *gin.Context) {
 		set.PaymentWindowSeconds = *req.PaymentWindowSeconds
 	}
 	set.StartsAt, set.EndsAt = service.TimeSetting(req.SaleStartsAt), service.TimeSetting(req.SaleEndsAt)
+	set.MaxUnpaid = service.UnpaidSetting(req.MaxUnpaidPerBuyer)
 	st, err := h.svc.SetStock(c.Request.Context(), c.Param("sku"), set)
 	if err != nil {
 		_ = c.Error(err)
@@ -66,7 +86,7 @@ func (h *Handler) setStock(c *gin.Context) {
 	}
 	h.log.InfoContext(c.Request.Context(), "admin: stock set", "sku", c.Param("sku"), "available", st.Available, "per_buyer_limit", st.PerBuyerLimit,
 		"payment_window_seconds", st.PaymentWindowSeconds, "sale_starts_at", st.SaleStartsAt, "sale_ends_at", st.SaleEndsAt,
-		"sold", st.Sold, "version", st.Version,
+		"max_unpaid_per_buyer", int64(st.MaxUnpaidPerBuyer), "sold", st.Sold, "version", st.Version,
 		"request_id", RequestID(c.Request.Context()), "client_ip", c.ClientIP())
 	writeJSON(c, http.StatusOK, st)
 }

@@ -13,7 +13,7 @@ import (
 type Metrics struct {
 	Requests        *prometheus.CounterVec   // route, method, status
 	RequestDuration *prometheus.HistogramVec // route, method
-	Orders          *prometheus.CounterVec   // result: created, replayed, sold_out, limit_exceeded, sale_closed, busy, rejected, lock_lost, error
+	Orders          *prometheus.CounterVec   // result: created, replayed, sold_out, limit_exceeded, unpaid_limit, sale_closed, busy, rejected, lock_lost, error
 	LockWait        *prometheus.HistogramVec // result: acquired, timeout, error
 	LockHeld        prometheus.Histogram
 	LockResults     *prometheus.CounterVec   // result: acquired, timeout, lost, error
@@ -130,7 +130,7 @@ func (m *Metrics) newCounter() {
 // zeroSeries creates the series of every known label value, so that they
 // are exported (and an alert on their rate sees 0) before the first event.
 func (m *Metrics) zeroSeries() {
-	for _, r := range []string{"created", "replayed", "sold_out", "limit_exceeded", "sale_closed", "busy", "rejected", "lock_lost", "error"} {
+	for _, r := range []string{"created", "replayed", "sold_out", "limit_exceeded", "unpaid_limit", "sale_closed", "busy", "rejected", "lock_lost", "error"} {
 		m.Orders.WithLabelValues(r)
 	}
 	for _, r := range []string{"acquired", "timeout", "lost", "error"} {

@@ -16,9 +16,10 @@ import (
 
 // DeductBatch places the batch's orders in one transaction as
 // service.PlanBatch plans them. Keys the caller did not check are left to
-// the unique index unless the SKU has a per-buyer limit; a key that fails
-// the index is a key race, and the batch is planned again with every key
-// read (docs/decisions/0003). It returns what service.Store.DeductBatch
+// the unique index unless the SKU has a per-buyer limit or a payment window
+// (an item is counted per buyer before its insert); a key that fails the
+// index is a key race, and the batch is planned again with every key read
+// (docs/decisions/0003). It returns what service.Store.DeductBatch
 // does: per item the order or its refusal, and an error (ErrConflict,
 // ErrUnknownSKU, ErrBusy, ErrUnavailable or BeforeCommit's) when nothing
 // was written.
@@ -71,7 +72,8 @@ func uncheckedKeys(items []service.BatchItem) []service.BuyerKey {
 // writeTx is the transaction writer: the stock row (read in the
 // transaction, unless stock is the row read already: the versioned UPDATE
 // checks it), the unchecked keys if readKeys or the SKU has a per-buyer
-// limit, the plan (an allowance upsert per order under a limit), then one
+// limit or a payment window, the plan (takeForBuyer's upserts per order
+// under a limit or a window: the allowance, the unpaid units), then one
 // INSERT of the orders, one of the ledger and the versioned UPDATE, and a
 // rewrite of the deadlines if a lock wait left them behind (settleRows).
 func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, stock *stockModel) ([]service.Order, []error, error) {
@@ -85,16 +87,17 @@ func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, sto
 		if err := cur.saleRefusal(); err != nil {
 			return err
 		}
+		perBuyer := cur.PerBuyerLimit > 0 || cur.PaymentWindowSeconds > 0 // an upsert per item
 		var ids map[service.BuyerKey]int64
-		if readKeys || cur.PerBuyerLimit > 0 {
+		if readKeys || perBuyer {
 			if ids, err = orderIDsOfKeys(ctx, tx.Statement.ConnPool, uncheckedKeys(b.Items)); err != nil {
 				return err
 			}
 		}
 		var allow func(service.BatchItem) error
-		if cur.PerBuyerLimit > 0 {
+		if perBuyer {
 			allow = func(it service.BatchItem) error {
-				return takeAllowance(tx, it.Buyer, b.SKU, int64(it.Quantity), cur.PerBuyerLimit, false)
+				return takeForBuyer(tx, it.Buyer, b.SKU, int64(it.Quantity), cur, s.maxQuantity, false)
 			}
 		}
 		plan, err := service.PlanBatch(cur.batchRow(), b.Items, hasKey(ids), allow)

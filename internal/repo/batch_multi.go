@@ -22,7 +22,8 @@ import (
 // orders' first id, kept in @first_order), then COMMIT: three round trips under the lock
 // (a fourth only to rewrite deadlines a lock wait left behind).
 // It runs on s.multi, whose queries are all built here from constant SQL
-// and driver-escaped arguments. A SKU with a per-buyer limit goes to the
+// and driver-escaped arguments. A SKU with a per-buyer limit or a payment
+// window (whose orders are counted per buyer, item by item) goes to the
 // transaction writer with the row read here. Why: docs/decisions/0004.
 func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) ([]service.Order, []error, error) {
 	conn, err := s.multi.Conn(ctx)
@@ -40,7 +41,7 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 	if err := cur.saleRefusal(); err != nil {
 		return nil, nil, err
 	}
-	if cur.PerBuyerLimit > 0 {
+	if cur.PerBuyerLimit > 0 || cur.PaymentWindowSeconds > 0 { // upserts per item: takeForBuyer
 		_ = conn.Close() // not held beside the transaction's connection
 		return s.writeTx(ctx, b, readKeys, &cur)
 	}
@@ -73,9 +74,9 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 func readStockRow(ctx context.Context, conn *sql.Conn, sku string) (stockModel, error) {
 	cur := stockModel{sent: time.Now()}
 	err := conn.QueryRowContext(ctx, "SELECT available, version, per_buyer_limit, payment_window_seconds, restock_seq, "+
-		"sale_starts_at, sale_ends_at, UTC_TIMESTAMP(6) FROM stock WHERE sku = ?", sku).
+		"sale_starts_at, sale_ends_at, max_unpaid_per_buyer, UTC_TIMESTAMP(6) FROM stock WHERE sku = ?", sku).
 		Scan(&cur.Available, &cur.Version, &cur.PerBuyerLimit, &cur.PaymentWindowSeconds, &cur.RestockSeq,
-			&cur.SaleStartsAt, &cur.SaleEndsAt, &cur.DBNow)
+			&cur.SaleStartsAt, &cur.SaleEndsAt, &cur.MaxUnpaidPerBuyer, &cur.DBNow)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return cur, service.ErrUnknownSKU

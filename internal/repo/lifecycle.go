@@ -132,9 +132,10 @@ func cancelledBy(t service.Transition) string {
 }
 
 // move writes rows, locked and reserved, to status to (storing paymentRef,
-// if any, on confirmed only: a refused payment's is not the order's), and
-// moves their units in the stock rows: to sold on a confirm, back to
-// available on a cancel or expiry (returns, by cause). Each SKU's UPDATE is
+// if any, on confirmed only: a refused payment's is not the order's), takes
+// their units off their buyers' unpaid counts, and moves them in the stock
+// rows: to sold on a confirm, back to available (and the buyers'
+// allowances) on a cancel or expiry (returns, by cause). Each SKU's UPDATE is
 // followed by its orders' events (by: who cancels).
 func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentRef string, cause service.Op, by string) ([]service.Return, error) {
 	ids := make([]int64, len(rows))
@@ -153,6 +154,11 @@ func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentR
 		return nil, fmt.Errorf("repo: %d of %d locked reserved orders were not reserved: %w", int64(len(rows))-res.RowsAffected, len(rows), service.ErrBusy)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
+	// Paid or returned, the orders are no longer unpaid; a return gives the
+	// allowance back too.
+	if err := givePurchasesBack(tx, rows, to != service.StatusConfirmed); err != nil {
+		return nil, err
+	}
 	if to == service.StatusConfirmed {
 		for _, u := range unitsBySKU(rows) {
 			if err := tx.Exec("UPDATE stock SET reserved = reserved - ?, sold = sold + ?, event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ? WHERE sku = ?",
@@ -164,9 +170,6 @@ func (s *Store) move(tx *gorm.DB, rows []orderModel, to service.Status, paymentR
 			}
 		}
 		return nil, nil
-	}
-	if err := giveAllowanceBack(tx, rows); err != nil {
-		return nil, err
 	}
 	return s.giveUnitsBack(tx, rows, transitionEvents(rows, to, by), cause, now)
 }
@@ -205,10 +208,12 @@ func unitsBySKU(rows []orderModel) []skuUnits {
 	return out
 }
 
-// giveAllowanceBack lowers the purchase rows of rows' buyers by their units
-// (rows exist while the SKU has a limit; none is touched otherwise), one
-// statement per SKU, buyers in key order.
-func giveAllowanceBack(tx *gorm.DB, rows []orderModel) error {
+// givePurchasesBack lowers the unpaid count of rows' buyers by their
+// units (every reserved order is counted there) and, with allowance, their
+// allowance too (counted while the SKU has a limit; a row left over from
+// an earlier limit is rebuilt when one is switched on again), one statement
+// per SKU, buyers in key order. Both floor at 0: a count never wraps.
+func givePurchasesBack(tx *gorm.DB, rows []orderModel, allowance bool) error {
 	per := map[string]map[string]int64{}
 	for _, r := range rows {
 		if per[r.SKU] == nil {
@@ -219,15 +224,19 @@ func giveAllowanceBack(tx *gorm.DB, rows []orderModel) error {
 	for _, sku := range slices.Sorted(maps.Keys(per)) {
 		buyers := slices.Sorted(maps.Keys(per[sku]))
 		var cases strings.Builder
-		args := make([]any, 0, 3*len(buyers)+1)
+		units := make([]any, 0, 2*len(buyers))
 		for _, b := range buyers {
 			cases.WriteString(" WHEN ? THEN ?")
-			args = append(args, b, per[sku][b])
+			units = append(units, b, per[sku][b])
 		}
-		args = append(args, sku, buyers)
-		q := "UPDATE buyer_purchases SET quantity = GREATEST(CAST(quantity AS SIGNED) - CASE buyer" + cases.String() +
-			" ELSE 0 END, 0) WHERE sku = ? AND buyer IN ?"
-		if err := tx.Exec(q, args...).Error; err != nil {
+		less := func(col string) string {
+			return col + " = GREATEST(CAST(" + col + " AS SIGNED) - CASE buyer" + cases.String() + " ELSE 0 END, 0)"
+		}
+		q, args := "UPDATE buyer_purchases SET "+less("unpaid"), slices.Clone(units)
+		if allowance {
+			q, args = q+", "+less("quantity"), append(args, units...)
+		}
+		if err := tx.Exec(q+" WHERE sku = ? AND buyer IN ?", append(args, sku, buyers)...).Error; err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,7 @@ type stockModel struct {
 	RestockSeq           int64
 	SaleStartsAt         *time.Time
 	SaleEndsAt           *time.Time
+	MaxUnpaidPerBuyer    *int64    // NULL: the default (service.UnpaidCapFor)
 	UpdatedAt            time.Time `gorm:"autoUpdateTime:false"`
 	// DBNow is the server's UTC clock at the read (readStock), from which
 	// a reserved order's deadline is set and the schedule decided; never
@@ -57,7 +58,38 @@ func (r stockModel) clock() dbClock { return dbClock{at: r.DBNow, sent: r.sent} 
 func (r stockModel) stock() service.Stock {
 	return service.Stock{SKU: r.SKU, Available: r.Available, Reserved: r.Reserved, Sold: r.Sold, Version: r.Version,
 		PerBuyerLimit: r.PerBuyerLimit, PaymentWindowSeconds: r.PaymentWindowSeconds, RestockSeq: r.RestockSeq,
-		SaleStartsAt: service.InstantOf(r.SaleStartsAt), SaleEndsAt: service.InstantOf(r.SaleEndsAt)}
+		SaleStartsAt: service.InstantOf(r.SaleStartsAt), SaleEndsAt: service.InstantOf(r.SaleEndsAt), UnpaidSetting: r.unpaidSetting()}
+}
+
+// stockWithCap is the row as the store answers it: with the unpaid cap in
+// force where one order asks for at most maxQuantity units.
+func (r stockModel) stockWithCap(maxQuantity int64) service.Stock {
+	st := r.stock()
+	st.MaxUnpaidPerBuyer = service.UnpaidCap(r.unpaidCap(maxQuantity))
+	return st
+}
+
+// unpaidSetting is the row's max_unpaid_per_buyer as the service's setting.
+func (r stockModel) unpaidSetting() service.UnpaidSetting {
+	if r.MaxUnpaidPerBuyer == nil {
+		return service.UnpaidSetting{}
+	}
+	return service.UnpaidSetting{Set: true, Cap: *r.MaxUnpaidPerBuyer}
+}
+
+// unpaidCap is the cap in force on a buyer's reserved, unpaid units of the
+// row (0: none).
+func (r stockModel) unpaidCap(maxQuantity int64) int64 {
+	return int64(service.UnpaidCapFor(r.unpaidSetting(), r.PerBuyerLimit, r.PaymentWindowSeconds, maxQuantity))
+}
+
+// unpaidColumn is a setting as the max_unpaid_per_buyer column (nil: NULL).
+func unpaidColumn(set service.UnpaidSetting) *int64 {
+	if !set.Set {
+		return nil
+	}
+	c := set.Cap
+	return &c
 }
 
 // saleRefusal is the schedule's refusal of an order placed on this row
@@ -128,11 +160,13 @@ type ledgerModel struct {
 func (ledgerModel) TableName() string { return "stock_ledger" }
 
 // purchaseModel is a row of buyer_purchases: what a buyer holds of a SKU
-// with a per-buyer limit.
+// with a per-buyer limit (Quantity), and the units of the buyer's reserved
+// orders of it (Unpaid, kept whatever the SKU's settings).
 type purchaseModel struct {
 	Buyer    string `gorm:"primaryKey"`
 	SKU      string `gorm:"column:sku;primaryKey"`
 	Quantity int64
+	Unpaid   int64
 }
 
 func (purchaseModel) TableName() string { return "buyer_purchases" }

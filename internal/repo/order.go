@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -96,16 +97,17 @@ func (s *Store) findOrder(q *gorm.DB) (service.Order, error) {
 // lock wait left behind is rewritten after it: settleDeadline), so a miss
 // rolls them back with it. An order admitted before the SKU's
 // latest restock (d.Admitted below its RestockSeq) is refused with a
-// *service.RestockedError. It returns service.ErrSoldOut,
-// service.ErrUnknownSKU, service.ErrConflict (the versioned UPDATE matched
-// no row, or the conditional one met a per-buyer limit other than the one
-// it read), service.ErrDuplicateKey, an error wrapping service.ErrUnavailable or
+// *service.RestockedError. It returns service.ErrSoldOut, a
+// *service.LimitError, a *service.UnpaidError, service.ErrUnknownSKU,
+// service.ErrConflict (the versioned UPDATE matched no row, or the
+// conditional one met settings other than those it read),
+// service.ErrDuplicateKey, an error wrapping service.ErrUnavailable or
 // service.ErrBusy, or the error of d.BeforeCommit.
 func (s *Store) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
 	var o service.Order
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		o, err = deduct(tx, d)
+		o, err = deduct(tx, d, s.maxQuantity)
 		if err != nil {
 			return err
 		}
@@ -146,13 +148,19 @@ func readStock(tx *gorm.DB, sku string, lock bool) (stockModel, error) {
 // heldBy is what buyer holds of sku by buyer_purchases (0: no row), read
 // with FOR UPDATE when lock: the row's latest value, not an older snapshot.
 func heldBy(tx *gorm.DB, buyer, sku string, lock bool) (int64, error) {
+	return purchased(tx, "quantity", buyer, sku, lock)
+}
+
+// purchased is column (quantity or unpaid) of buyer's purchase row of sku
+// (0: no row), read as heldBy says.
+func purchased(tx *gorm.DB, column, buyer, sku string, lock bool) (int64, error) {
 	q := tx.Model(&purchaseModel{})
 	if lock {
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	var held []int64
-	if err := q.Where("buyer = ? AND sku = ?", buyer, sku).Limit(1).Pluck("quantity", &held).Error; err != nil {
-		return 0, translate(tx.Statement.Context, "read allowance", err)
+	if err := q.Where("buyer = ? AND sku = ?", buyer, sku).Limit(1).Pluck(column, &held).Error; err != nil {
+		return 0, translate(tx.Statement.Context, "read "+column, err)
 	}
 	if len(held) == 0 {
 		return 0, nil
@@ -209,6 +217,59 @@ func takeAllowance(tx *gorm.DB, buyer, sku string, q, limit int64, plain bool) e
 	return &service.LimitError{Limit: limit, Held: h, Requested: q}
 }
 
+// takeUnpaid counts q more reserved, unpaid units for buyer of sku, unless
+// that would take the buyer past limit (0: no cap), in one upsert whose row
+// lock serializes the buyer's concurrent orders, as takeAllowance does. It
+// does so in every write mode (the count must match the orders: the audit
+// checks it), and returns a *service.UnpaidError when refused.
+func takeUnpaid(tx *gorm.DB, buyer, sku string, q, limit int64) error {
+	refused := func(lock bool) error {
+		u, err := purchased(tx, "unpaid", buyer, sku, lock)
+		if err != nil {
+			return err
+		}
+		return &service.UnpaidError{Cap: limit, Unpaid: u, Requested: q}
+	}
+	if limit > 0 && q > limit { // refused whatever the buyer has unpaid
+		return refused(false)
+	}
+	grow := gorm.Expr("unpaid + ?", q)
+	if limit > 0 {
+		grow = gorm.Expr("IF(unpaid + ? <= ?, unpaid + ?, unpaid)", q, limit, q)
+	}
+	// Affected rows as in takeAllowance: 0 is a refusal.
+	res := tx.Clauses(clause.OnConflict{DoUpdates: clause.Assignments(map[string]any{"unpaid": grow})}).
+		Create(&purchaseModel{Buyer: buyer, SKU: sku, Unpaid: q})
+	if res.Error != nil {
+		return translate(tx.Statement.Context, "take unpaid", res.Error)
+	}
+	if res.RowsAffected > 0 {
+		return nil
+	}
+	return refused(true)
+}
+
+// takeForBuyer takes an order of q units from its buyer's allowance under
+// cur's per-buyer limit (takeAllowance, plain as it says) and, when cur's
+// orders are reserved, counts them unpaid under the cap in force
+// (takeUnpaid): the limit first, so its refusal wins. A refusal leaves the
+// buyer's row as it was, so a batch can go on with its next item.
+func takeForBuyer(tx *gorm.DB, buyer, sku string, q int64, cur stockModel, maxQuantity int64, plain bool) error {
+	if err := takeAllowance(tx, buyer, sku, q, cur.PerBuyerLimit, plain); err != nil {
+		return err
+	}
+	if cur.PaymentWindowSeconds <= 0 {
+		return nil
+	}
+	err := takeUnpaid(tx, buyer, sku, q, cur.unpaidCap(maxQuantity))
+	if errors.Is(err, service.ErrUnpaidLimit) && cur.PerBuyerLimit > 0 { // the allowance just taken, given back
+		if gerr := tx.Exec("UPDATE buyer_purchases SET quantity = quantity - ? WHERE buyer = ? AND sku = ?", q, buyer, sku).Error; gerr != nil {
+			return translate(tx.Statement.Context, "give allowance back", gerr)
+		}
+	}
+	return err
+}
+
 // sale returns the UPDATE of a sale of q units in orders orders: available
 // down, reserved (reserve) or sold up, version bumped, one event numbered
 // per order (bumpSeq).
@@ -227,15 +288,16 @@ func sale(q int64, orders int, reserve bool, now time.Time) map[string]any {
 }
 
 // deduct places d in tx: the read its write checks, the allowance, the
-// order and its ledger row, then the guarded UPDATE. It returns the errors
-// of Store.Deduct.
-func deduct(tx *gorm.DB, d service.Deduction) (service.Order, error) {
+// order and its ledger row, then the guarded UPDATE (maxQuantity: as in
+// Options, for the unpaid cap's default). It returns the errors of
+// Store.Deduct.
+func deduct(tx *gorm.DB, d service.Deduction, maxQuantity int64) (service.Order, error) {
 	cur, err := readForDeduct(tx, d)
 	if err != nil {
 		return service.Order{}, err
 	}
 	q := int64(d.Quantity)
-	if err := takeAllowance(tx, d.Buyer, d.SKU, q, cur.PerBuyerLimit, d.Write == service.WritePlain); err != nil {
+	if err := takeForBuyer(tx, d.Buyer, d.SKU, q, cur, maxQuantity, d.Write == service.WritePlain); err != nil {
 		return service.Order{}, err
 	}
 	ctx := tx.Statement.Context
@@ -269,9 +331,9 @@ func gormExec(tx *gorm.DB) func(q string, args ...any) error {
 // readForDeduct reads what d's write checks before it writes: the whole
 // row (with FOR UPDATE for WriteForUpdate), refused when restocked since d
 // was admitted or sold out; for WriteConditional, whose UPDATE checks the
-// stock itself, only the limit, the payment window and the restock
-// sequence, with a plain read (the UPDATE matches only while the row still
-// has them).
+// stock itself, only the limit, the payment window, the restock sequence,
+// the schedule and the unpaid cap, with a plain read (the UPDATE
+// matches only while the row still has them).
 func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 	if d.Write != service.WriteConditional {
 		cur, err := readStock(tx, d.SKU, d.Write == service.WriteForUpdate)
@@ -291,7 +353,8 @@ func readForDeduct(tx *gorm.DB, d service.Deduction) (stockModel, error) {
 	}
 	var got []stockModel
 	sent := time.Now()
-	if err := tx.Model(&stockModel{}).Select("per_buyer_limit, payment_window_seconds, restock_seq, sale_starts_at, sale_ends_at, UTC_TIMESTAMP(6) AS db_now").
+	if err := tx.Model(&stockModel{}).Select("per_buyer_limit, payment_window_seconds, restock_seq, sale_starts_at, sale_ends_at, max_unpaid_per_buyer, "+
+		"UTC_TIMESTAMP(6) AS db_now").
 		Where("sku = ?", d.SKU).Limit(1).Find(&got).Error; err != nil {
 		return stockModel{}, translate(tx.Statement.Context, "read stock", err)
 	}
@@ -326,8 +389,8 @@ func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.
 		upd = versionedGuard(upd, cur, q).Updates(sale(q, 1, reserve, now))
 	case service.WriteConditional:
 		upd = upd.Where("available >= ? AND per_buyer_limit = ? AND payment_window_seconds = ? AND restock_seq = ? "+
-			"AND sale_starts_at <=> ? AND sale_ends_at <=> ?", q, cur.PerBuyerLimit, cur.PaymentWindowSeconds, cur.RestockSeq,
-			cur.SaleStartsAt, cur.SaleEndsAt).Updates(sale(q, 1, reserve, now))
+			"AND sale_starts_at <=> ? AND sale_ends_at <=> ? AND max_unpaid_per_buyer <=> ?", q, cur.PerBuyerLimit, cur.PaymentWindowSeconds,
+			cur.RestockSeq, cur.SaleStartsAt, cur.SaleEndsAt, cur.MaxUnpaidPerBuyer).Updates(sale(q, 1, reserve, now))
 	case service.WriteForUpdate:
 		upd = upd.Updates(sale(q, 1, reserve, now))
 	default:
@@ -348,7 +411,7 @@ func updateForDeduct(tx *gorm.DB, d service.Deduction, cur stockModel, now time.
 
 // updateMissed tells why the conditional UPDATE matched no row, outside the
 // hot path, from the row as it is now (a locking read): restocked since d
-// was admitted, a new limit, window, schedule or restock
+// was admitted, a new limit, window, schedule, unpaid cap or restock
 // (service.ErrConflict: try again), or sold out.
 func updateMissed(tx *gorm.DB, d service.Deduction, cur stockModel) error {
 	row, err := readStock(tx, d.SKU, true)
@@ -358,7 +421,7 @@ func updateMissed(tx *gorm.DB, d service.Deduction, cur stockModel) error {
 	case service.Restocked(d.Admitted, row.RestockSeq) != nil:
 		return service.Restocked(d.Admitted, row.RestockSeq)
 	case row.PerBuyerLimit != cur.PerBuyerLimit, row.PaymentWindowSeconds != cur.PaymentWindowSeconds, row.RestockSeq != cur.RestockSeq,
-		row.stock().Schedule() != cur.stock().Schedule():
+		row.stock().Schedule() != cur.stock().Schedule(), row.unpaidSetting() != cur.unpaidSetting():
 		return service.ErrConflict
 	}
 	return service.ErrSoldOut

@@ -62,6 +62,10 @@ var schemaDocs = []tableDoc{
 				"transaction; `NULL` = open from the row's creation.",
 			"sale_ends_at": "UTC; an order from it on is refused (`409 sale-ended`); returned units go back to `available` unsold; " +
 				"`NULL` = never closed.",
+			"max_unpaid_per_buyer": "Most units one buyer may have in `reserved` (unpaid) orders of the SKU at once; past it an order is " +
+				"refused (`409 unpaid-limit`) until the buyer pays or cancels. `NULL` = the default: the larger of `per_buyer_limit` and " +
+				"`STOCK_MAX_QUANTITY` while the SKU has a payment window, none without; `0` = no cap. " +
+				"Enforced in the order's transaction through `buyer_purchases.unpaid`.",
 		},
 	},
 	{
@@ -101,13 +105,17 @@ var schemaDocs = []tableDoc{
 	},
 	{
 		name: "buyer_purchases",
-		about: "What each buyer holds of each SKU, for the per-buyer limit: written in the order's own transaction, " +
-			"so the database enforces the limit. Kept only while the SKU has a limit; switching one on rebuilds " +
-			"the SKU's rows from its orders.",
+		about: "What each buyer holds of each SKU, for the per-buyer limit, and what they have reserved and not paid, for the " +
+			"unpaid cap: written in the transaction of each order and of each confirm, cancel and expiry, so the database " +
+			"enforces both. `quantity` is kept only while the SKU has a limit; switching one on rebuilds the SKU's rows from " +
+			"its orders (`unpaid` with them).",
 		columns: map[string]string{
 			"buyer":    "The buyer (`orders.buyer`).",
 			"sku":      "The SKU (`stock.sku`).",
 			"quantity": "Units of the buyer's `reserved` and `confirmed` orders of the SKU; a return takes its units off.",
+			"unpaid": "Units of the buyer's `reserved` orders of the SKU, kept for every SKU: a reserved order adds its units, " +
+				"its confirm, cancel or expiry takes them off, so it always equals the sum of `orders.quantity` over the buyer's " +
+				"`reserved` orders of the SKU (the audit's `unpaid_mismatch` counts the buyers where it does not).",
 		},
 	},
 	{

@@ -19,7 +19,7 @@ func (s *Store) Stock(ctx context.Context, sku string) (service.Stock, error) {
 	if err != nil {
 		return service.Stock{}, err
 	}
-	st := row.stock()
+	st := row.stockWithCap(s.maxQuantity)
 	st.Now = service.At(row.DBNow)
 	return st, nil
 }
@@ -99,10 +99,10 @@ func (s *Store) PrecheckKeys(ctx context.Context, sku string, keys []service.Buy
 }
 
 // SetStock creates sku as set says, or sets its available count, per-buyer
-// limit, payment window and schedule, and records a change of the count as
+// limit, payment window, schedule and unpaid cap, and records a change of the count as
 // a restock entry in the ledger, in one transaction. Setting the current
-// values writes nothing. A new limit, window or schedule bumps the
-// version, so that an order which read the old one cannot commit (its
+// values writes nothing. A new limit, window, schedule or unpaid cap bumps
+// the version, so that an order which read the old one cannot commit (its
 // versioned UPDATE misses, and the conditional one checks them all). It
 // returns the new row, or an error wrapping service.ErrInvalid (an end not
 // after the start) or service.ErrUnavailable.
@@ -112,7 +112,7 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		cur, err := readStock(tx, sku, true)
 		if errors.Is(err, service.ErrUnknownSKU) {
-			out, err = createStock(tx, sku, set, now)
+			out, err = createStock(tx, sku, set, now, s.maxQuantity)
 			return err
 		}
 		if err != nil {
@@ -122,19 +122,21 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 		if err != nil {
 			return err
 		}
-		out = cur.stock()
+		out = cur.stockWithCap(s.maxQuantity)
 		if cur.Available == set.Available && cur.PerBuyerLimit == set.PerBuyerLimit && cur.PaymentWindowSeconds == set.PaymentWindowSeconds &&
-			sched == out.Schedule() {
+			sched == out.Schedule() && cur.unpaidSetting() == set.MaxUnpaid {
 			return nil
 		}
 		out.Available, out.PerBuyerLimit, out.PaymentWindowSeconds = set.Available, set.PerBuyerLimit, set.PaymentWindowSeconds
-		out.SaleStartsAt, out.SaleEndsAt = sched.StartsAt, sched.EndsAt
+		out.SaleStartsAt, out.SaleEndsAt, out.UnpaidSetting = sched.StartsAt, sched.EndsAt, set.MaxUnpaid
+		out.MaxUnpaidPerBuyer = service.UnpaidCapFor(set.MaxUnpaid, set.PerBuyerLimit, set.PaymentWindowSeconds, s.maxQuantity)
 		out.Version, out.RestockSeq = cur.Version+1, service.RestockSeqAfter(cur.stock(), out, false, s.maxQuantity)
 		delta := set.Available - cur.Available
 		if err := tx.Model(&stockModel{}).Where("sku = ?", sku).Updates(map[string]any{
 			"available": set.Available, "stocked": gorm.Expr("stocked + ?", delta), "version": gorm.Expr("version + 1"),
 			"per_buyer_limit": set.PerBuyerLimit, "payment_window_seconds": set.PaymentWindowSeconds, "restock_seq": out.RestockSeq,
-			"sale_starts_at": sched.StartsAt.Ptr(), "sale_ends_at": sched.EndsAt.Ptr(), "updated_at": now,
+			"sale_starts_at": sched.StartsAt.Ptr(), "sale_ends_at": sched.EndsAt.Ptr(), "max_unpaid_per_buyer": unpaidColumn(set.MaxUnpaid),
+			"updated_at": now,
 		}).Error; err != nil {
 			return err
 		}
@@ -158,15 +160,17 @@ func (s *Store) SetStock(ctx context.Context, sku string, set service.StockSetti
 }
 
 // createStock inserts sku's row as set says, its restock entry and its
-// stock.changed event, and returns the row.
-func createStock(tx *gorm.DB, sku string, set service.StockSetting, now time.Time) (service.Stock, error) {
+// stock.changed event, and returns the row (its unpaid cap in force for
+// orders of at most maxQuantity units).
+func createStock(tx *gorm.DB, sku string, set service.StockSetting, now time.Time, maxQuantity int64) (service.Stock, error) {
 	sched, err := set.ScheduleAfter(service.Schedule{})
 	if err != nil {
 		return service.Stock{}, err
 	}
 	row := stockModel{SKU: sku, Available: set.Available, Stocked: set.Available, Version: 1, PerBuyerLimit: set.PerBuyerLimit,
-		PaymentWindowSeconds: set.PaymentWindowSeconds, SaleStartsAt: sched.StartsAt.Ptr(), SaleEndsAt: sched.EndsAt.Ptr(), UpdatedAt: now}
-	out := row.stock()
+		PaymentWindowSeconds: set.PaymentWindowSeconds, SaleStartsAt: sched.StartsAt.Ptr(), SaleEndsAt: sched.EndsAt.Ptr(),
+		MaxUnpaidPerBuyer: unpaidColumn(set.MaxUnpaid), UpdatedAt: now}
+	out := row.stockWithCap(maxQuantity)
 	if err := tx.Omit("db_now").Create(&row).Error; err != nil {
 		return out, err
 	}
@@ -177,8 +181,10 @@ func createStock(tx *gorm.DB, sku string, set service.StockSetting, now time.Tim
 }
 
 // recountPurchases rebuilds the SKU's purchase rows from its reserved and
-// confirmed orders when a limit is switched on: orders are counted there
-// only while a limit is set (so a SKU without one pays nothing for it).
+// confirmed orders when a limit is switched on: orders are counted in
+// quantity only while a limit is set (so a SKU without one pays nothing
+// for it). The unpaid counts, kept for every reserved order, are rebuilt
+// with them from the same orders, so they stay what they were.
 func recountPurchases(tx *gorm.DB, sku string, from, to int64) error {
 	if to == 0 || from != 0 {
 		return nil
@@ -187,8 +193,9 @@ func recountPurchases(tx *gorm.DB, sku string, from, to int64) error {
 		return err
 	}
 	// INSERT ... SELECT: clearer in SQL than through the builder.
-	return tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity) "+
-		"SELECT buyer, sku, SUM(quantity) FROM orders WHERE sku = ? AND status IN ('reserved', 'confirmed') GROUP BY buyer, sku", sku).Error
+	return tx.Exec("INSERT INTO buyer_purchases (buyer, sku, quantity, unpaid) "+
+		"SELECT buyer, sku, SUM(quantity), SUM(IF(status = 'reserved', quantity, 0)) FROM orders "+
+		"WHERE sku = ? AND status IN ('reserved', 'confirmed') GROUP BY buyer, sku", sku).Error
 }
 
 // Audit reconciles sku from one consistent snapshot of the stock row, its
@@ -207,7 +214,7 @@ func (s *Store) Audit(ctx context.Context, sku string) (service.Audit, error) {
 		r := rows[0]
 		a.Available, a.Reserved, a.Sold, a.Stocked = r.Available, r.Reserved, r.Sold, r.Stocked
 		a.PerBuyerLimit, a.PaymentWindowSeconds = r.PerBuyerLimit, r.PaymentWindowSeconds
-		for _, step := range []func(*gorm.DB, *service.Audit) error{auditOrders, auditBuyers, auditLedger} {
+		for _, step := range []func(*gorm.DB, *service.Audit) error{auditOrders, auditBuyers, auditUnpaid, auditLedger} {
 			if err := step(tx, &a); err != nil {
 				return err
 			}
@@ -270,6 +277,21 @@ func auditBuyers(tx *gorm.DB, a *service.Audit) error {
 	return nil
 }
 
+// unpaidUnits is, per buyer of a SKU, the units of their reserved orders:
+// what buyer_purchases.unpaid counts.
+const unpaidUnits = "SELECT buyer, SUM(quantity) AS units FROM orders WHERE sku = ? AND status = 'reserved' GROUP BY buyer"
+
+// auditUnpaid counts the buyers whose unpaid count disagrees with their
+// reserved orders: a row that says otherwise, or reserved orders without a
+// row.
+func auditUnpaid(tx *gorm.DB, a *service.Audit) error {
+	return tx.Raw("SELECT "+
+		"(SELECT COUNT(*) FROM buyer_purchases p LEFT JOIN ("+unpaidUnits+") u "+
+		"ON u.buyer = p.buyer WHERE p.sku = ? AND p.unpaid <> COALESCE(u.units, 0)) + "+
+		"(SELECT COUNT(*) FROM ("+unpaidUnits+") u LEFT JOIN buyer_purchases p "+
+		"ON p.buyer = u.buyer AND p.sku = ? WHERE p.buyer IS NULL)", a.SKU, a.SKU, a.SKU, a.SKU).Scan(&a.UnpaidMismatch).Error
+}
+
 // auditLedger sums the ledger by kind and checks one return row, of its
 // units, per cancelled or expired order and none for any other.
 func auditLedger(tx *gorm.DB, a *service.Audit) error {
@@ -315,7 +337,7 @@ func (s *Store) SalesStarting(ctx context.Context, within time.Duration) ([]serv
 	}
 	out := make([]service.Stock, len(rows))
 	for i, r := range rows {
-		out[i] = r.stock()
+		out[i] = r.stockWithCap(s.maxQuantity)
 	}
 	return out, nil
 }

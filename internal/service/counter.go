@@ -168,7 +168,7 @@ func (s *Service) settleTake(ctx context.Context, d Deduction, err error) {
 	switch {
 	case err == nil:
 		return
-	case errors.Is(err, ErrSoldOut), errors.Is(err, ErrLimitExceeded), errors.As(err, &restocked), errors.Is(err, ErrDuplicateKey), saleClosed(err),
+	case errors.Is(err, ErrSoldOut), refusedForBuyer(err), errors.As(err, &restocked), errors.Is(err, ErrDuplicateKey), saleClosed(err),
 		errors.Is(err, ErrUnknownSKU), errors.Is(err, ErrBusy), errors.Is(err, ErrConflict), errors.Is(err, errNotQueued):
 		gctx, cancel := writeCtx(ctx, s.cfg.WriteTimeout)
 		defer cancel()

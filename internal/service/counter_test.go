@@ -57,6 +57,29 @@ func TestCounterGivesBackWhatMySQLRefused(t *testing.T) {
 	}
 }
 
+// Under counter+conditional, units the counter took for an order MySQL
+// refused for the buyer's unpaid units go back to the counter, and the
+// answer is the refusal with its numbers.
+func TestCounterGivesBackAnUnpaidRefusal(t *testing.T) {
+	t.Parallel()
+	u := counted(t, service.StrategyCounterCond, 10, 0)
+	set := service.StockSetting{Available: 10, PaymentWindowSeconds: 60, MaxUnpaid: service.UnpaidSetting{Set: true, Cap: 2}}
+	if _, err := u.store.SetStock(context.Background(), u.sku, set); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.order(t, "b1", "k1", 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := u.order(t, "b1", "k2", 3)
+	var ue *service.UnpaidError
+	if !errors.As(err, &ue) || *ue != (service.UnpaidError{Cap: 2, Unpaid: 2, Requested: 3}) {
+		t.Fatalf("an order of 3 with 2 unpaid of 2 = %v; want an *UnpaidError", err)
+	}
+	if got := u.counterLeft(t); got != 8 {
+		t.Fatalf("counter after MySQL's unpaid refusal = %d; want 8 (the refused 3 given back)", got)
+	}
+}
+
 // A counter that drifted low (it says sold out, MySQL has units) does not
 // turn buyers away under counter+conditional: the refusal is checked
 // against MySQL's row, which places the order. Under counter the buyers are

@@ -33,6 +33,10 @@ var (
 	// ErrLimitExceeded: the order would take the buyer past the SKU's
 	// per-buyer limit; errors.As to *LimitError for the allowance left.
 	ErrLimitExceeded = &Error{msg: "service: per-buyer limit exceeded"}
+	// ErrUnpaidLimit: the order would take the buyer's reserved, unpaid
+	// units of the SKU past its cap (UnpaidCap); errors.As to *UnpaidError
+	// for the cap and what the buyer has unpaid.
+	ErrUnpaidLimit = &Error{msg: "service: unpaid limit reached"}
 	// ErrKeyReused: the idempotency key already placed an order with another body.
 	ErrKeyReused = &Error{msg: "service: idempotency key reused with a different request"}
 	// ErrInProgress: another request with the same idempotency key is still
@@ -81,6 +85,22 @@ func (e *LimitError) Error() string {
 }
 
 func (e *LimitError) Unwrap() error { return ErrLimitExceeded }
+
+// UnpaidError is an order refused by the SKU's cap on a buyer's reserved,
+// unpaid units. Not final: a confirm, cancel or expiry of one of the
+// buyer's orders makes room again.
+type UnpaidError struct {
+	Cap       int64 // units one buyer may have reserved and unpaid
+	Unpaid    int64 // the buyer's reserved, unpaid units already
+	Requested int64
+}
+
+func (e *UnpaidError) Error() string {
+	return fmt.Sprintf("%v: at most %d unpaid units per buyer, %d unpaid, %d requested; pay or cancel first",
+		ErrUnpaidLimit, e.Cap, e.Unpaid, e.Requested)
+}
+
+func (e *UnpaidError) Unwrap() error { return ErrUnpaidLimit }
 
 // RestockedError refuses an order that arrived before the SKU's latest
 // restock (or raised limit): a refusal of its key may have been decided

@@ -47,8 +47,8 @@ type writeLocks interface {
 // MaxStock bounds the available count of the admin API.
 const MaxStock = 1_000_000_000
 
-// SetStock creates a SKU or sets its available count, per-buyer limit and
-// payment window. Under the strategies
+// SetStock creates a SKU or sets its available count, per-buyer limit,
+// payment window, schedule and unpaid cap. Under the strategies
 // that lock, it takes the SKU lock like any writer of the row, so a restock
 // never moves the version under a batch (a backstop conflict then means the
 // lock really was violated); while Redis is unreachable it writes without
@@ -110,6 +110,8 @@ func validSetting(sku string, set StockSetting) error {
 		return fmt.Errorf("%w: per_buyer_limit must be an integer from 0 (no limit) to %d", ErrInvalid, MaxStock)
 	case set.PaymentWindowSeconds < 0 || set.PaymentWindowSeconds > MaxPaymentWindow:
 		return fmt.Errorf("%w: payment_window_seconds must be an integer from 0 (confirmed at once) to %d", ErrInvalid, MaxPaymentWindow)
+	case set.MaxUnpaid.Cap < 0 || set.MaxUnpaid.Cap > MaxUnpaidCap || !set.MaxUnpaid.Set && set.MaxUnpaid.Cap != 0:
+		return fmt.Errorf("%w: max_unpaid_per_buyer must be an integer from 1 to %d, or null (no cap)", ErrInvalid, MaxUnpaidCap)
 	case !inScheduleRange(set.StartsAt.At) || !inScheduleRange(set.EndsAt.At):
 		return fmt.Errorf("%w: sale_starts_at and sale_ends_at must be from year %d to %d", ErrInvalid, minScheduleYear, maxScheduleYear)
 	}

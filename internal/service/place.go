@@ -61,7 +61,7 @@ func (s *Service) Validate(r PlaceRequest) error {
 
 // Place places an order, or returns the order already placed with the same
 // key and request (replayed = true). Errors: ErrInvalid, ErrUnknownSKU,
-// ErrSoldOut, ErrLimitExceeded, a *SaleClosedError (ErrSaleNotStarted,
+// ErrSoldOut, ErrLimitExceeded, ErrUnpaidLimit, a *SaleClosedError (ErrSaleNotStarted,
 // ErrSaleEnded), ErrKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
 func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed bool, err error) {
 	ctx, span := s.trace.span(ctx, "stock.place")
@@ -165,7 +165,7 @@ func (s *Service) write(ctx context.Context, d Deduction) (Order, error) {
 
 // answerRefusal answers a write that failed. A duplicate key means a
 // concurrent request with the same key won the insert; sold out, over the
-// limit, outside the sale's schedule (a key placed before the end stays
+// limit or the unpaid cap, outside the sale's schedule (a key placed before the end stays
 // replayable after it) or restocked since the order came may mean an earlier attempt of
 // this key took the last unit or allowance and committed while this one
 // waited, or before it (the batch path has no pre-check). So the key is
@@ -177,7 +177,7 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 		s.seqs.learn(r.SKU, restocked.Seq)
 	}
 	closed := saleClosed(err)
-	if restocked == nil && !closed && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrLimitExceeded) {
+	if restocked == nil && !closed && !errors.Is(err, ErrDuplicateKey) && !errors.Is(err, ErrSoldOut) && !refusedForBuyer(err) {
 		return Order{}, false, err
 	}
 	if errors.Is(err, errSoldOutKeyRead) { // the key was read with the row that said so
@@ -195,11 +195,17 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 	case errors.Is(err, ErrSoldOut):
 		s.soldOut.mark(r.SKU)
 		return Order{}, false, ErrSoldOut
-	case restocked != nil || closed || errors.Is(err, ErrLimitExceeded):
+	case restocked != nil || closed || refusedForBuyer(err):
 		return Order{}, false, err
 	}
 	// The key's other order was rolled back after all: retryable.
 	return Order{}, false, fmt.Errorf("%w: a concurrent request with this key did not finish", ErrBusy)
+}
+
+// refusedForBuyer reports whether err refuses an order for what its buyer
+// holds: the per-buyer limit or the unpaid cap.
+func refusedForBuyer(err error) bool {
+	return errors.Is(err, ErrLimitExceeded) || errors.Is(err, ErrUnpaidLimit)
 }
 
 // precheck reads the SKU's stock row and the order of the request's key:
@@ -241,6 +247,8 @@ func orderResult(replayed bool, err error) string {
 		return "sold_out"
 	case errors.Is(err, ErrLimitExceeded):
 		return "limit_exceeded"
+	case errors.Is(err, ErrUnpaidLimit):
+		return "unpaid_limit"
 	case saleClosed(err):
 		return "sale_closed"
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrInProgress):

@@ -22,12 +22,14 @@ type BatchPlan struct {
 //   - stock (ErrSoldOut; a later, smaller item may still fit);
 //   - its key, taken before (taken; nil: none) or earlier in the batch
 //     (ErrDuplicateKey);
-//   - its buyer's allowance: allow (nil: the SKU has no per-buyer limit)
-//     takes the item's units or returns a *LimitError.
+//   - its buyer's allowance: allow (nil: the SKU has neither a per-buyer
+//     limit nor a payment window) takes the item's units or returns a
+//     *LimitError, or an *UnpaidError (the limit checked first).
 //
 // Both stores place a batch by this plan. allow is where a store counts the
-// allowance atomically (MySQL's upsert); any error from it other than a
-// *LimitError ends the plan and is returned.
+// allowance and the unpaid units atomically (MySQL's upserts); any error
+// from it other than a *LimitError or an *UnpaidError ends the plan and is
+// returned.
 func PlanBatch(row BatchRow, items []BatchItem, taken func(BuyerKey) bool, allow func(BatchItem) error) (BatchPlan, error) {
 	p := BatchPlan{Errs: make([]error, len(items))}
 	inBatch := make(map[BuyerKey]bool, len(items))
@@ -49,7 +51,7 @@ func PlanBatch(row BatchRow, items []BatchItem, taken func(BuyerKey) bool, allow
 		}
 		if allow != nil {
 			if err := allow(it); err != nil {
-				if le := (*LimitError)(nil); errors.As(err, &le) {
+				if errors.Is(err, ErrLimitExceeded) || errors.Is(err, ErrUnpaidLimit) {
 					p.Errs[i] = err
 					continue
 				}

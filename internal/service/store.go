@@ -44,6 +44,12 @@ type Stock struct {
 	// from the start, never closed).
 	SaleStartsAt Instant `json:"sale_starts_at"`
 	SaleEndsAt   Instant `json:"sale_ends_at"`
+	// MaxUnpaidPerBuyer is the cap in force on each buyer's reserved,
+	// unpaid units (UnpaidCapFor of UnpaidSetting), set by the store that
+	// returns the row; 0 (null in JSON): none.
+	MaxUnpaidPerBuyer UnpaidCap `json:"max_unpaid_per_buyer"`
+	// UnpaidSetting is the admin's setting of that cap, as stored.
+	UnpaidSetting UnpaidSetting `json:"-"`
 	// Now is the store's clock at a read of the row (Store.Stock), the
 	// clock the schedule is decided by; none elsewhere.
 	Now Instant `json:"now,omitzero"`
@@ -78,9 +84,12 @@ type Audit struct {
 	MaxBuyerHolds     int64            `json:"max_buyer_holds"`       // most units one buyer holds (reserved + confirmed)
 	BuyersOverLimit   int64            `json:"buyers_over_limit"`     // buyers holding more than the limit
 	LedgerMismatch    int64            `json:"buyer_ledger_mismatch"` // buyers whose purchase row disagrees with their orders
-	LedgerRestocked   int64            `json:"ledger_restocked"`
-	LedgerSold        int64            `json:"ledger_sold"`
-	LedgerReturned    int64            `json:"ledger_returned"`
+	// UnpaidMismatch counts buyers whose count of reserved, unpaid units
+	// (kept for the unpaid cap) is not the units of their reserved orders.
+	UnpaidMismatch  int64 `json:"unpaid_mismatch"`
+	LedgerRestocked int64 `json:"ledger_restocked"`
+	LedgerSold      int64 `json:"ledger_sold"`
+	LedgerReturned  int64 `json:"ledger_returned"`
 	// ReturnMismatch counts orders whose return rows are wrong: a cancelled
 	// or expired order without exactly one return row of its units, any
 	// other order with one, and return rows naming no order.
@@ -125,6 +134,9 @@ func (a *Audit) Check() {
 	if a.LedgerMismatch > 0 {
 		add("%d buyers' purchase rows disagree with their orders", a.LedgerMismatch)
 	}
+	if a.UnpaidMismatch > 0 {
+		add("%d buyers' unpaid counts disagree with their reserved orders", a.UnpaidMismatch)
+	}
 	a.Consistent = len(a.Problems) == 0
 }
 
@@ -149,6 +161,9 @@ type StockSetting struct {
 	PaymentWindowSeconds int64 // 0: orders are confirmed at once
 	// StartsAt and EndsAt change the sale's schedule when Set.
 	StartsAt, EndsAt TimeSetting
+	// MaxUnpaid caps each buyer's reserved, unpaid units (the zero value:
+	// the default of UnpaidCapFor).
+	MaxUnpaid UnpaidSetting
 }
 
 // OrderFilter selects a page of a buyer's orders.
@@ -272,15 +287,15 @@ type Store interface {
 	// PrecheckKeys is Precheck for many keys in one read: the stock row and
 	// each key's order (nil for none), in one snapshot.
 	PrecheckKeys(ctx context.Context, sku string, keys []BuyerKey) (Stock, []*Order, error)
-	// SetStock creates the SKU or sets its available count, per-buyer limit
-	// and payment window, with a ledger entry when the count changes; more
-	// units or a higher (or no) limit bump RestockSeq, a new limit or
-	// window bumps Version.
+	// SetStock creates the SKU or sets its available count, per-buyer limit,
+	// payment window, schedule and unpaid cap, with a ledger entry when the
+	// count changes; more units or a higher (or no) limit bump RestockSeq,
+	// a new limit, window, schedule or unpaid cap bumps Version.
 	SetStock(ctx context.Context, sku string, set StockSetting) (Stock, error)
 	// Audit reconciles one SKU, or returns ErrUnknownSKU.
 	Audit(ctx context.Context, sku string) (Audit, error)
 	// Deduct places an order in one transaction. It returns ErrSoldOut,
-	// a *LimitError, a *RestockedError, ErrUnknownSKU, ErrConflict,
+	// a *LimitError, an *UnpaidError, a *RestockedError, ErrUnknownSKU, ErrConflict,
 	// ErrDuplicateKey, ErrUnavailable, or the error of BeforeCommit.
 	Deduct(ctx context.Context, d Deduction) (Order, error)
 	// Transition applies t in one transaction, as Decide decides on the
@@ -300,8 +315,8 @@ type Store interface {
 	OverdueFor(ctx context.Context) (time.Duration, error)
 	// DeductBatch places the batch's orders in one transaction, as
 	// PlanBatch plans them, ending with one versioned UPDATE. Per item it
-	// returns the order, or ErrSoldOut, a *LimitError, a *RestockedError or
-	// ErrDuplicateKey for that item. Its error (ErrConflict, ErrUnknownSKU,
+	// returns the order, or ErrSoldOut, a *LimitError, an *UnpaidError, a
+	// *RestockedError or ErrDuplicateKey for that item. Its error (ErrConflict, ErrUnknownSKU,
 	// ErrBusy, ErrUnavailable, or BeforeCommit's) means nothing was written.
 	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)
 }

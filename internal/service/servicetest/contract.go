@@ -31,7 +31,8 @@ type ContractStore struct {
 // checks, conflicts under concurrent writers, duplicate keys, the per-buyer
 // limit, BeforeCommit's rollback, batches, restocks, Precheck's
 // snapshot, paging (a buyer's and the admin's), SetStock and Audit, and
-// the order lifecycle (reserve, confirm, cancel, expire, returns). The MySQL store is the reference:
+// the order lifecycle (reserve, confirm, cancel, expire, returns) and the
+// unpaid cap. The MySQL store is the reference:
 // a case fails on a store that does what MySQL does not.
 func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 	cases := []struct {
@@ -68,6 +69,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"ConcurrentTransitions", contractConcurrentTransitions},
 		{"Events", contractEvents},
 		{"Schedule", contractSchedule},
+		{"UnpaidCap", contractUnpaidCap},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

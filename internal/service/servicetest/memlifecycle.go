@@ -90,7 +90,8 @@ func (m *MemStore) OverdueFor(ctx context.Context) (time.Duration, error) {
 }
 
 // move sets the reserved orders ids to status to (storing paymentRef, if
-// any, on confirmed only) and moves their units: to sold on a confirm; on
+// any, on confirmed only), takes their units off their buyers' unpaid
+// counts, and moves them: to sold on a confirm; on
 // a cancel or expiry, back to the buyer's allowance and, per SKU, to
 // available as service.AfterReturn says (one restock-sequence change per
 // SKU, as the MySQL store makes it), with a return ledger entry per order.
@@ -107,6 +108,9 @@ func (m *MemStore) move(ids []int64, to service.Status, paymentRef string, cause
 		m.orders[id] = o
 		m.emit(o.SKU, transitionType[to], &o, by)
 		st, q := m.stock[o.SKU], int64(o.Quantity)
+		if k := (buyerSKU{o.Buyer, o.SKU}); m.unpaid[k] > 0 { // paid or returned: no longer unpaid
+			m.unpaid[k] = max(0, m.unpaid[k]-q)
+		}
 		if to == service.StatusConfirmed {
 			st.Reserved -= q
 			st.Sold += q

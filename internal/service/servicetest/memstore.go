@@ -22,7 +22,8 @@ import (
 // MemStore is an in-memory service.Store with the semantics of the MySQL
 // store: the checks of each Write mode in the same order, ErrConflict when
 // a versioned write finds the version moved, ErrDuplicateKey, the per-buyer
-// limit counted in quantity per (buyer, SKU) while a limit is set, ledger
+// limit counted in quantity per (buyer, SKU) while a limit is set, the
+// unpaid cap counted per (buyer, SKU) for every reserved order, ledger
 // entries, BeforeCommit's error rolling back, batches filled in order while
 // stock lasts. It is safe for concurrent use.
 //
@@ -48,6 +49,7 @@ type MemStore struct {
 	byKey     map[service.BuyerKey]int64
 	pending   map[service.BuyerKey]bool // keys of writes not yet committed
 	purchases map[buyerSKU]int64
+	unpaid    map[buyerSKU]int64 // units of reserved orders, whatever the SKU's settings
 	ledger    map[string][]ledgerEntry
 	lastID    int64
 	events    map[string][]events.Event // per SKU, in seq order (the outbox)
@@ -98,6 +100,7 @@ func NewMemStore() *MemStore {
 		byKey:     make(map[service.BuyerKey]int64),
 		pending:   make(map[service.BuyerKey]bool),
 		purchases: make(map[buyerSKU]int64),
+		unpaid:    make(map[buyerSKU]int64),
 		ledger:    make(map[string][]ledgerEntry),
 		stats:     Stats{Deducts: make(map[service.Write]int)},
 	}
@@ -338,9 +341,9 @@ func (m *MemStore) PrecheckKeys(ctx context.Context, sku string, keys []service.
 	return st.Stock, orders, nil
 }
 
-// SetStock creates sku or sets its available count, per-buyer limit and
-// payment window, with a restock ledger entry when the count changes (or
-// the SKU is new). Setting the current values bumps no version and writes
+// SetStock creates sku or sets its available count, per-buyer limit,
+// payment window, schedule and unpaid cap, with a restock ledger entry when
+// the count changes (or the SKU is new). Setting the current values bumps no version and writes
 // no entry. Switching a limit on (from 0) recounts what each buyer holds
 // from the reserved and confirmed orders.
 func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSetting) (service.Stock, error) {
@@ -364,20 +367,24 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSe
 	if err != nil {
 		return service.Stock{}, err
 	}
+	capNow := service.UnpaidCapFor(set.MaxUnpaid, set.PerBuyerLimit, set.PaymentWindowSeconds, m.maxQuantity())
 	if !exists {
 		st = &memStock{Stock: service.Stock{SKU: sku, Available: set.Available, Version: 1, PerBuyerLimit: set.PerBuyerLimit,
-			PaymentWindowSeconds: set.PaymentWindowSeconds, SaleStartsAt: sched.StartsAt, SaleEndsAt: sched.EndsAt}, stocked: set.Available}
+			PaymentWindowSeconds: set.PaymentWindowSeconds, SaleStartsAt: sched.StartsAt, SaleEndsAt: sched.EndsAt,
+			MaxUnpaidPerBuyer: capNow, UnpaidSetting: set.MaxUnpaid}, stocked: set.Available}
 		m.stock[sku] = st
 		m.ledger[sku] = append(m.ledger[sku], ledgerEntry{kind: "restock", delta: set.Available})
 		m.emitStock(st.Stock)
 		return st.Stock, nil
 	}
 	from := st.PerBuyerLimit
-	if st.Available == set.Available && from == set.PerBuyerLimit && st.PaymentWindowSeconds == set.PaymentWindowSeconds && sched == cur {
+	if st.Available == set.Available && from == set.PerBuyerLimit && st.PaymentWindowSeconds == set.PaymentWindowSeconds && sched == cur &&
+		st.UnpaidSetting == set.MaxUnpaid {
 		return st.Stock, nil
 	}
 	after := st.Stock
 	after.Available, after.PerBuyerLimit, after.SaleStartsAt, after.SaleEndsAt = set.Available, set.PerBuyerLimit, sched.StartsAt, sched.EndsAt
+	after.PaymentWindowSeconds, after.MaxUnpaidPerBuyer, after.UnpaidSetting = set.PaymentWindowSeconds, capNow, set.MaxUnpaid
 	st.RestockSeq = service.RestockSeqAfter(st.Stock, after, false, m.maxQuantity())
 	st.SaleStartsAt, st.SaleEndsAt = sched.StartsAt, sched.EndsAt
 	if delta := set.Available - st.Available; delta != 0 {
@@ -386,6 +393,7 @@ func (m *MemStore) SetStock(ctx context.Context, sku string, set service.StockSe
 	}
 	st.Version++ // a new limit or window too: an order that read the old one must not commit
 	st.Available, st.PerBuyerLimit, st.PaymentWindowSeconds = set.Available, set.PerBuyerLimit, set.PaymentWindowSeconds
+	st.MaxUnpaidPerBuyer, st.UnpaidSetting = capNow, set.MaxUnpaid
 	if from == 0 && set.PerBuyerLimit != 0 {
 		m.recountPurchases(sku)
 	}
@@ -445,6 +453,7 @@ func (m *MemStore) Audit(ctx context.Context, sku string) (service.Audit, error)
 	a.CountByStatus(orders, units)
 	a.DistinctKeys = int64(len(keys))
 	m.auditBuyers(&a, held)
+	m.auditUnpaid(&a)
 	for _, e := range m.ledger[sku] {
 		switch e.kind {
 		case "restock":
@@ -495,11 +504,33 @@ func (m *MemStore) auditBuyers(a *service.Audit, held map[string]int64) {
 	}
 }
 
+// auditUnpaid counts the buyers of a.SKU whose unpaid count is not the
+// units of their reserved orders. The caller holds m.mu.
+func (m *MemStore) auditUnpaid(a *service.Audit) {
+	want := make(map[buyerSKU]int64)
+	for _, o := range m.orders {
+		if o.SKU == a.SKU && o.Status == service.StatusReserved {
+			want[buyerSKU{o.Buyer, o.SKU}] += int64(o.Quantity)
+		}
+	}
+	for k, u := range m.unpaid {
+		if k.sku == a.SKU && u != want[k] {
+			a.UnpaidMismatch++
+		}
+	}
+	for k, u := range want {
+		if _, ok := m.unpaid[k]; !ok && u > 0 {
+			a.UnpaidMismatch++
+		}
+	}
+}
+
 // staged is a write checked and not yet committed: what commit applies.
 type staged struct {
 	sku       string
 	orders    []service.Order
 	purchases map[buyerSKU]int64 // new values
+	unpaid    map[buyerSKU]int64 // new values
 	apply     func(st *memStock) // the stock row's change
 }
 
@@ -536,6 +567,9 @@ func (m *MemStore) finish(s *staged, beforeCommit func() error) error {
 	for k, q := range s.purchases {
 		m.purchases[k] = q
 	}
+	for k, u := range s.unpaid {
+		m.unpaid[k] = u
+	}
 	s.apply(m.stock[s.sku])
 	return nil
 }
@@ -560,6 +594,47 @@ func allowance(held, q, limit int64) (int64, error) {
 	return held + q, nil
 }
 
+// forBuyer checks an order of q units by buyer on the row st: the buyer's
+// allowance under st's limit first, then, st reserving its orders, the
+// buyer's unpaid units under its cap in force, each from the count staged
+// in s or else the committed one, and stages the new counts in s. It
+// returns a *service.LimitError or a *service.UnpaidError, staging
+// nothing. The caller holds m.mu.
+func (m *MemStore) forBuyer(s *staged, st service.Stock, buyer string, q int64) error {
+	k := buyerSKU{buyer, st.SKU}
+	count := func(staged, committed map[buyerSKU]int64) int64 {
+		if v, ok := staged[k]; ok {
+			return v
+		}
+		return committed[k]
+	}
+	held := count(s.purchases, m.purchases)
+	if st.PerBuyerLimit > 0 {
+		h, err := allowance(held, q, st.PerBuyerLimit)
+		if err != nil {
+			return err
+		}
+		held = h
+	}
+	if st.PaymentWindowSeconds > 0 {
+		u, c := count(s.unpaid, m.unpaid), int64(st.MaxUnpaidPerBuyer)
+		if c > 0 && u+q > c {
+			return &service.UnpaidError{Cap: c, Unpaid: u, Requested: q}
+		}
+		if s.unpaid == nil {
+			s.unpaid = make(map[buyerSKU]int64)
+		}
+		s.unpaid[k] = u + q
+	}
+	if st.PerBuyerLimit > 0 {
+		if s.purchases == nil {
+			s.purchases = make(map[buyerSKU]int64)
+		}
+		s.purchases[k] = held
+	}
+	return nil
+}
+
 // read returns a copy of sku's committed stock row, or service.ErrUnknownSKU,
 // then runs the AfterRead hook.
 func (m *MemStore) read(sku string) (memStock, error) {
@@ -582,10 +657,11 @@ func (m *MemStore) read(sku string) (memStock, error) {
 
 // Deduct places an order in one transaction, guarded as d.Write says, with
 // the MySQL store's checks in its order: for WriteConditional, unknown SKU,
-// limit, duplicate key, then sold out (by the UPDATE); for the others,
-// unknown SKU and sold out (by the read), limit, duplicate key, then the
-// guard (ErrConflict for WriteVersioned). It returns service.ErrSoldOut, a
-// *service.LimitError, service.ErrUnknownSKU, service.ErrConflict,
+// limit, unpaid cap, duplicate key, then sold out (by the UPDATE); for the others,
+// unknown SKU and sold out (by the read), limit, unpaid cap, duplicate key,
+// then the guard (ErrConflict for WriteVersioned). It returns
+// service.ErrSoldOut, a *service.LimitError, a *service.UnpaidError,
+// service.ErrUnknownSKU, service.ErrConflict,
 // service.ErrDuplicateKey, an error wrapping service.ErrUnavailable (ctx
 // ended), a hook's error, or the error of d.BeforeCommit.
 func (m *MemStore) Deduct(ctx context.Context, d service.Deduction) (service.Order, error) {
@@ -668,18 +744,13 @@ func (m *MemStore) stageDeduct(d service.Deduction, snap memStock) (*staged, err
 	if d.Write == service.WriteForUpdate && cur.Available < q { // the locking read: the row as it is now
 		return nil, service.ErrSoldOut
 	}
-	limit := snap.PerBuyerLimit
+	settings := snap.Stock // the limit, window and cap the write checks: as read, or as now for the modes that read under the row
 	if d.Write == service.WriteForUpdate || d.Write == service.WriteConditional {
-		limit = cur.PerBuyerLimit
+		settings = cur.Stock
 	}
 	s := &staged{sku: d.SKU}
-	if limit > 0 {
-		k := buyerSKU{d.Buyer, d.SKU}
-		h, err := allowance(m.purchases[k], q, limit)
-		if err != nil {
-			return nil, err
-		}
-		s.purchases = map[buyerSKU]int64{k: h}
+	if err := m.forBuyer(s, settings, d.Buyer, q); err != nil {
+		return nil, err
 	}
 	if m.taken(d.Buyer, d.Key) {
 		return nil, service.ErrDuplicateKey
@@ -738,7 +809,7 @@ func sale(q int64) func(st *memStock) {
 // DeductBatch places the batch's orders in one transaction, as
 // service.PlanBatch plans them, ending with one versioned write of the
 // total. Per item it returns the order, or service.ErrSoldOut, a
-// *service.LimitError, a *service.RestockedError or
+// *service.LimitError, a *service.UnpaidError, a *service.RestockedError or
 // service.ErrDuplicateKey. A batch that places nothing writes nothing and
 // does not run BeforeCommit. Its error (service.ErrConflict,
 // service.ErrUnknownSKU, an error wrapping service.ErrUnavailable, a hook's
@@ -760,9 +831,9 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	row := m.rowLock(b.SKU)
 	defer row.Unlock()
 	m.mu.Lock()
-	s := &staged{sku: b.SKU, purchases: make(map[buyerSKU]int64)}
+	s := &staged{sku: b.SKU}
 	plan, _ := service.PlanBatch(service.BatchRow{Available: snap.Available, PerBuyerLimit: snap.PerBuyerLimit, RestockSeq: snap.RestockSeq},
-		b.Items, func(k service.BuyerKey) bool { return m.taken(k.Buyer, k.Key) }, m.allowFor(s, b.SKU, snap.PerBuyerLimit))
+		b.Items, func(k service.BuyerKey) bool { return m.taken(k.Buyer, k.Key) }, m.allowFor(s, snap.Stock))
 	orders := make([]service.Order, len(b.Items))
 	if plan.Total == 0 {
 		m.mu.Unlock()
@@ -812,24 +883,14 @@ func (m *MemStore) countBatch(b service.Batch) error {
 	return m.injected(true)
 }
 
-// allowFor is the batch's allowance taker for service.PlanBatch, staging
-// the new holdings in s (nil: no limit). The caller holds m.mu.
-func (m *MemStore) allowFor(s *staged, sku string, limit int64) func(service.BatchItem) error {
-	if limit <= 0 {
+// allowFor is the batch's per-buyer check for service.PlanBatch (forBuyer
+// on the row as read), staging the new counts in s; nil when st has
+// neither a limit nor a window. The caller holds m.mu.
+func (m *MemStore) allowFor(s *staged, st service.Stock) func(service.BatchItem) error {
+	if st.PerBuyerLimit <= 0 && st.PaymentWindowSeconds <= 0 {
 		return nil
 	}
-	return func(it service.BatchItem) error {
-		k := buyerSKU{it.Buyer, sku}
-		h, staged := s.purchases[k]
-		if !staged {
-			h = m.purchases[k]
-		}
-		h, err := allowance(h, int64(it.Quantity), limit)
-		if err == nil {
-			s.purchases[k] = h
-		}
-		return err
-	}
+	return func(it service.BatchItem) error { return m.forBuyer(s, st, it.Buyer, int64(it.Quantity)) }
 }
 
 func clonePtr(p *int64) *int64 {
