@@ -275,17 +275,17 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 	return translate(ctx, "create database", err)
 }
 
-// WarmPool opens up to n connections of each pool at once (each checked
-// with a ping) and puts them back idle, so a burst of orders finds them
-// open. It returns the first error.
+// WarmPool opens n connections of the main pool at once (each checked
+// with a ping) and an eighth of that (at least 2) of the batch's
+// multi-statement pool, which serves one batch per SKU at a time, and puts
+// them back idle, so a burst of orders finds them open. It returns the
+// errors met.
 func (s *Store) WarmPool(ctx context.Context, n int) error {
-	var errs []error
-	for _, db := range []*sql.DB{s.sql, s.multi} {
-		if db != nil {
-			errs = append(errs, warm(ctx, db, n))
-		}
+	err := warm(ctx, s.sql, n)
+	if s.multi != nil {
+		err = errors.Join(err, warm(ctx, s.multi, max(2, n/8)))
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // warm holds n connections of db at once, then releases them.
