@@ -93,10 +93,12 @@ func unpaidColumn(set service.UnpaidSetting) *int64 {
 }
 
 // saleRefusal is the schedule's refusal of an order placed on this row
-// (a *service.SaleClosedError), by the server's clock of its read; nil
-// while the sale is open.
+// (a *service.SaleClosedError): before the start by the server's clock as
+// the row was read (never ahead of the server), from the end on by that
+// clock carried forward to now; nil while the sale is open.
 func (r stockModel) saleRefusal() error {
-	return r.stock().Schedule().Refusal(r.clock().now())
+	c := r.clock()
+	return r.stock().Schedule().Refusal(c.at, c.now())
 }
 
 // newOrderStatus is the status and deadline of an order placed on this row

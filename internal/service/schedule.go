@@ -73,13 +73,16 @@ type Schedule struct {
 	EndsAt   Instant
 }
 
-// Refusal is the error refusing an order placed when the store's clock
-// reads now: a *SaleClosedError before the start or from the end on, nil
+// Refusal is the error refusing an order whose transaction read the stock
+// row when the store's clock read read, and carried forward to now (never
+// behind it): a *SaleClosedError before the start, by read (so no order
+// the store saw before the start gets through, however long its statement
+// took), or from the end on, by now (so none gets through after it); nil
 // while the sale is open.
-func (s Schedule) Refusal(now time.Time) error {
+func (s Schedule) Refusal(read, now time.Time) error {
 	switch {
-	case !s.StartsAt.IsZero() && now.Before(s.StartsAt.Time):
-		return &SaleClosedError{Schedule: s, Now: now.UTC()}
+	case !s.StartsAt.IsZero() && read.Before(s.StartsAt.Time):
+		return &SaleClosedError{Schedule: s, Now: read.UTC()}
 	case !s.EndsAt.IsZero() && !now.Before(s.EndsAt.Time):
 		return &SaleClosedError{Schedule: s, Now: now.UTC(), Ended: true}
 	}

@@ -704,7 +704,7 @@ func (m *MemStore) readBeforeDeduct(d service.Deduction) (memStock, error) {
 		if err != nil {
 			return memStock{}, err
 		}
-		if err := snap.Schedule().Refusal(now()); err != nil {
+		if err := snap.Schedule().Refusal(now(), now()); err != nil {
 			return memStock{}, err
 		}
 		if err := service.Restocked(d.Admitted, snap.RestockSeq); err != nil {
@@ -735,7 +735,7 @@ func (m *MemStore) stageDeduct(d service.Deduction, snap memStock) (*staged, err
 	if !ok {
 		return nil, service.ErrUnknownSKU
 	}
-	if err := cur.Schedule().Refusal(now()); err != nil { // the row as it is now: a new schedule bumped its version
+	if err := cur.Schedule().Refusal(now(), now()); err != nil { // the row as it is now: a new schedule bumped its version
 		return nil, err
 	}
 	if err := service.Restocked(d.Admitted, cur.RestockSeq); err != nil {
@@ -825,7 +825,7 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := snap.Schedule().Refusal(now()); err != nil {
+	if err := snap.Schedule().Refusal(now(), now()); err != nil {
 		return nil, nil, err
 	}
 	row := m.rowLock(b.SKU)
