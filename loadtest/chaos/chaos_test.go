@@ -76,6 +76,7 @@ var scenarios = []scenario{
 	{id: "O3", name: "outbox: the webhook receiver answering 500, then timing out, then 200", short: true, run: webhookDown},
 	{id: "O4", name: "outbox: a transaction rolled back after writing its events", short: true, run: rolledBack},
 	{id: "O5", name: "outbox: MariaDB killed and restarted mid-sale", run: mariadbKilled},
+	{id: "S1", name: "schedule: the start of a sale passing while Redis is down", short: true, run: saleStartsRedisDown},
 }
 
 // TestChaos runs the fault matrix, one scenario after the other (each uses
