@@ -102,7 +102,8 @@ func openEnv(o options, prewarm string) map[string]string {
 
 // openOnce is one run: a fresh database and instances, the SKUs stocked
 // with their start oo.lead ahead, every buyer's connection opened, the
-// orders at the start, then the checks from MySQL and the audit.
+// orders at the start, then the audits, the instances stopped, and the
+// checks from MySQL.
 func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, token string) (openFigures, driver.Machine, error) {
 	var fig openFigures
 	tag := runID + "-" + shape.name + dbSafe(prewarm)
@@ -126,17 +127,19 @@ func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, t
 	if fig, err = openSale(ctx, o, f.URLs(), token, shape, skus, tag); err != nil {
 		return fig, driver.Machine{}, err
 	}
-	if fig.db, err = readOpenDB(ctx, dsn, skus); err != nil {
-		return fig, driver.Machine{}, err
-	}
-	fig.fairness()
 	if fig.audits, err = auditAll(ctx, f.URLs()[0], token, skus); err != nil {
 		return fig, driver.Machine{}, err
 	}
+	// Stopped first, the instances' pools give their MySQL connections
+	// back: the server's are shared.
 	fig.exitOK = true
 	for _, in := range f.Stop() {
 		fig.exitOK = fig.exitOK && in.ExitOK
 	}
+	if fig.db, err = readOpenDB(ctx, dsn, skus); err != nil {
+		return fig, driver.Machine{}, err
+	}
+	fig.fairness()
 	return fig, driver.DetectMachine(ctx, dsn, o.redis), nil
 }
 
