@@ -124,7 +124,11 @@ func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, t
 	for k := range skus {
 		skus[k] = fmt.Sprintf("open-%s-%03d", tag, k)
 	}
-	if fig, err = openSale(ctx, o, f.URLs(), token, shape, skus, tag); err != nil {
+	var pids []int
+	for _, in := range f.Instances {
+		pids = append(pids, in.PID())
+	}
+	if fig, err = openSale(ctx, o, f.URLs(), pids, token, shape, skus, tag); err != nil {
 		return fig, driver.Machine{}, err
 	}
 	if fig.audits, err = auditAll(ctx, f.URLs()[0], token, skus); err != nil {
@@ -145,8 +149,9 @@ func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, t
 
 // openSale stocks the SKUs with a start oo.lead from now, starts the
 // crowd processes, which open the buyers' connections and order at the
-// start, and returns the buyers' figures (the database's are the caller's).
-func openSale(ctx context.Context, o options, urls []string, token string, shape openShape, skus []string, tag string) (openFigures, error) {
+// start, and returns the buyers' figures (the database's are the
+// caller's); pids are the instances'.
+func openSale(ctx context.Context, o options, urls []string, pids []int, token string, shape openShape, skus []string, tag string) (openFigures, error) {
 	oo := o.open
 	specs, groups, keys, err := crowdSpecs(urls, shape, skus, tag, *oo)
 	if err != nil {
@@ -176,21 +181,60 @@ func openSale(ctx context.Context, o options, urls []string, token string, shape
 		}
 		return openFigures{}, err
 	}
+	fig, err := collectSale(ctx, procs, start, keys, procGroups(pids))
+	if err != nil {
+		return fig, err
+	}
+	fig.warmUp = warmUp
+	fig.finish(shape, oo.units)
+	return fig, nil
+}
+
+// cpuGroups name the groups of a run's CPU, in the order reported.
+var cpuGroups = []string{"instances", "crowds", "MySQL", "Redis", cpuRest}
+
+// cpuRest is the box's busy time beyond the other groups'.
+const cpuRest = "rest of the box"
+
+// procGroups are the process groups whose CPU a run reports: the
+// instances (pids), MySQL and Redis (shared with whatever else runs on
+// the box).
+func procGroups(pids []int) []procGroup {
+	return []procGroup{
+		{"instances", func() []int { return pids }},
+		{"MySQL", pidsNamed("mariadbd", "mysqld")},
+		{"Redis", pidsNamed("redis-server")},
+	}
+}
+
+// collectSale waits for the start, then for every crowd process, and
+// gathers their buyers' results (keys[i] is buyer i's key) with the CPU
+// the groups, the crowds and the rest of the box used meanwhile.
+func collectSale(ctx context.Context, procs []*crowdProc, start time.Time, keys []string, groups []procGroup) (openFigures, error) {
 	waitUntil(ctx, start)
-	load := loadAvg()
-	results := make([]buyerResult, len(keys))
+	f := openFigures{load: loadAvg(), start: start, crowds: len(procs), keys: keys, results: make([]buyerResult, len(keys))}
+	before, box := groupsCPU(groups), boxCPU()
+	var crowds float64
 	for _, p := range procs {
 		res, err := p.wait()
 		if err != nil {
-			return openFigures{}, err
+			return f, err
 		}
+		crowds += res.CPU
 		for j, i := range p.buyers {
-			results[i] = res[j]
+			f.results[i] = res.Buyers[j]
 		}
 	}
-	fig := buyerFigures(results, shape, keys, oo.units)
-	fig.warmUp, fig.start, fig.crowds, fig.load = warmUp, start, len(procs), load
-	return fig, nil
+	f.cpuWindow = time.Since(start)
+	after := groupsCPU(groups)
+	rest := boxCPU() - box - crowds
+	f.cpu = map[string]float64{"crowds": crowds}
+	for i, g := range groups {
+		f.cpu[g.name] = after[i] - before[i]
+		rest -= after[i] - before[i]
+	}
+	f.cpu[cpuRest] = max(rest, 0)
+	return f, nil
 }
 
 // crowdSpecs deals the buyers of shape into crowds, buyer i ordering from
@@ -312,4 +356,24 @@ func loadAvg() string {
 		return strings.Join(f[:3], " ")
 	}
 	return "-"
+}
+
+// boxCPU is the CPU seconds the whole box has been busy (every core's
+// time but idle and iowait, from /proc/stat), 0 if unknown.
+func boxCPU() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if err != nil || len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for i, v := range f[1:9] {
+		var n float64
+		_, _ = fmt.Sscan(v, &n)
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy / 100 // USER_HZ
 }

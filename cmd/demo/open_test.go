@@ -79,7 +79,7 @@ func TestFairness(t *testing.T) {
 	}
 }
 
-// buyerFigures counts the first second's answers and their latency (from
+// finish counts the first second's answers and their latency (from
 // the request written to the answer), the final answers, 5xx, failures and
 // sale-not-started answers.
 func TestBuyerFigures(t *testing.T) {
@@ -94,7 +94,8 @@ func TestBuyerFigures(t *testing.T) {
 		{Warm: "connection refused"},
 	}
 	shape := openShape{units: []int64{2}, picks: make([]int, len(results))}
-	f := buyerFigures(results, shape, []string{"a", "b", "c", "d", "e", "f"}, 2)
+	f := openFigures{results: results, keys: []string{"a", "b", "c", "d", "e", "f"}}
+	f.finish(shape, 2)
 	if f.firstSec != 4 || f.p50 != 300 || f.maxMS != 800 {
 		t.Errorf("first second: %d answers, p50 %v ms, max %v ms; want 4, 300, 800 (p50: the 3rd of 5, 100, 300, 800 ms)", f.firstSec, f.p50, f.maxMS)
 	}

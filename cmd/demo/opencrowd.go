@@ -43,7 +43,13 @@ type crowdSpec struct {
 	Fire    time.Duration `json:"fire"`    // the buyers send at Start plus this
 	Retries int           `json:"retries"` // sends again of an order on a temporary answer
 	Buyers  []crowdBuyer  `json:"buyers"`
-	Results string        `json:"results"` // the file the process writes its buyerResults to, in Buyers' order
+	Results string        `json:"results"` // the file the process writes its crowdResult to
+}
+
+// crowdResult is what a crowd process reports.
+type crowdResult struct {
+	CPU    float64       `json:"cpu"`    // the process's CPU seconds from the start to its end
+	Buyers []buyerResult `json:"buyers"` // in the spec's order
 }
 
 // crowdBuyer is one buyer of a crowd.
@@ -103,13 +109,16 @@ func runCrowd(ctx context.Context, specPath string, stdout io.Writer) error {
 			wg.Go(func() { res[i].Tries, res[i].Err = c.order(ctx, spec, spec.Buyers[i].SKU, spec.Buyers[i].Key) })
 		}
 	}
+	waitUntil(ctx, spec.Start)
+	cpu := procCPU(os.Getpid())
 	wg.Wait()
+	cpu = procCPU(os.Getpid()) - cpu
 	for _, c := range conns {
 		if c != nil {
 			_ = c.conn.Close()
 		}
 	}
-	out, err := json.Marshal(res)
+	out, err := json.Marshal(crowdResult{CPU: cpu, Buyers: res})
 	if err != nil {
 		return err
 	}
@@ -298,21 +307,21 @@ func startCrowd(ctx context.Context, dir string, k int, spec crowdSpec, buyers [
 }
 
 // wait waits for the process to exit and reads its results.
-func (p *crowdProc) wait() ([]buyerResult, error) {
+func (p *crowdProc) wait() (crowdResult, error) {
+	var res crowdResult
 	<-p.drained
 	if err := p.cmd.Wait(); err != nil {
-		return nil, fmt.Errorf("crowd process: %w", err)
+		return res, fmt.Errorf("crowd process: %w", err)
 	}
 	raw, err := os.ReadFile(p.results)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
-	var res []buyerResult
 	if err := json.Unmarshal(raw, &res); err != nil {
-		return nil, err
+		return res, err
 	}
-	if len(res) != len(p.buyers) {
-		return nil, fmt.Errorf("crowd process: %d results for %d buyers", len(res), len(p.buyers))
+	if len(res.Buyers) != len(p.buyers) {
+		return res, fmt.Errorf("crowd process: %d results for %d buyers", len(res.Buyers), len(p.buyers))
 	}
 	return res, nil
 }

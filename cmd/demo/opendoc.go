@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,10 +107,27 @@ func (r openRun) line() string {
 	sold, takeable := r.soldUnits()
 	return fmt.Sprintf("%-4s STOCK_PREWARM=%-7s load %s; %d connections opened in %.1fs (%d failed), %d orders sent; last written +%d ms; "+
 		"first second: %d answers, p50 %.0f ms, p99 %.0f ms, max %.0f ms; last answer +%d ms; sold by +1s %d, last unit +%d ms (MySQL); sold %d of %d; %s; "+
-		"5xx %d, no answer %d, sale-not-started %d; first %d senders won %.3f of the units, a random %d %.3f (expected %.3f); all answered within %v: %s",
+		"5xx %d, no answer %d, sale-not-started %d; first %d senders won %.3f of the units, a random %d %.3f (expected %.3f); %s; all answered within %v: %s",
 		r.shape, r.prewarm, r.load, r.buyers, r.warmUp.Seconds(), r.warmFailed, r.ordered, r.lastSent.Milliseconds(),
 		r.firstSec, r.p50, r.p99, r.maxMS, r.lastAnswer.Milliseconds(), r.ordersBy(time.Second), r.lastUnit().Milliseconds(), sold, takeable, r.finalsText(),
-		r.fiveXX, r.failed, r.early, r.firstN(), r.firstShare, r.firstN(), r.randomShare, r.expected, openGoal, metText(r.goalMet()))
+		r.fiveXX, r.failed, r.early, r.firstN(), r.firstShare, r.firstN(), r.randomShare, r.expected, r.cpuText(), openGoal, metText(r.goalMet()))
+}
+
+// cores is the named group's CPU over the run's window, in cores.
+func (f openFigures) cores(name string) float64 {
+	if f.cpuWindow <= 0 {
+		return 0
+	}
+	return f.cpu[name] / f.cpuWindow.Seconds()
+}
+
+// cpuText is the run's CPU by group, in cores.
+func (f openFigures) cpuText() string {
+	parts := make([]string, len(cpuGroups))
+	for i, name := range cpuGroups {
+		parts[i] = fmt.Sprintf("%s %.2f", name, f.cores(name))
+	}
+	return fmt.Sprintf("cores over %.1fs: %s", f.cpuWindow.Seconds(), strings.Join(parts, ", "))
 }
 
 // firstN is the size of the fairness's groups: the units on sale, at most
@@ -158,6 +176,16 @@ func writeOpenDoc(ctx context.Context, o options, runs []openRun, m driver.Machi
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d of %d | %d / %d / %d | %s | %.3f | %.3f | %.3f |\n",
 			r.shape, r.prewarm, r.finalsText(), r.fiveXX, r.failed, r.early, r.retried, sold, takeable, missing, extra, lost,
 			auditText(r), r.firstShare, r.randomShare, r.expected)
+	}
+	b.WriteString("\n## Where the cores went\n\n")
+	b.WriteString("CPU from the start until the last crowd process ended, in cores (CPU seconds over that time; the box has " + strconv.Itoa(m.Cores) + "), read from /proc: the instances, the crowd processes (each its own), MySQL and Redis (servers other work on the box may use too) and the rest of the box's busy time.\n\n")
+	b.WriteString("| run | STOCK_PREWARM | time | instances | crowds | MySQL | Redis | rest of the box |\n|---|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range runs {
+		fmt.Fprintf(&b, "| %s | %s | %.1f s |", r.shape, r.prewarm, r.cpuWindow.Seconds())
+		for _, name := range cpuGroups {
+			fmt.Fprintf(&b, " %.2f |", r.cores(name))
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString("\n")
 	for _, r := range runs {

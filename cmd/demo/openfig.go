@@ -13,11 +13,15 @@ import (
 	"github.com/seckill/stock/client"
 )
 
-// openFigures are one run's figures: the buyers' (buyerFigures), then
-// MySQL's and the audits' (openOnce), then the fairness (fairness).
+// openFigures are one run's figures: the buyers' results and the CPU
+// (collectSale) summed up (finish), then MySQL's and the audits'
+// (openOnce), then the fairness (fairness).
 type openFigures struct {
-	start      time.Time     // the sale's start, as set
-	warmUp     time.Duration // opening every buyer's connection
+	results    []buyerResult      // buyer i's
+	cpu        map[string]float64 // CPU seconds by group (cpuGroups) from the start until the crowds ended
+	cpuWindow  time.Duration      // that time
+	start      time.Time          // the sale's start, as set
+	warmUp     time.Duration      // opening every buyer's connection
 	buyers     int
 	units      int64 // on sale, all SKUs together
 	skus       int
@@ -48,12 +52,12 @@ type openFigures struct {
 	firstShare, randomShare, expected float64
 }
 
-// buyerFigures sums up the buyers' results; keys[i] is buyer i's key.
-func buyerFigures(results []buyerResult, shape openShape, keys []string, units int64) openFigures {
-	f := openFigures{buyers: len(results), units: units, skus: len(shape.units), demand: make([]int, len(shape.units)),
-		keys: keys, sent: make([]time.Duration, len(results)), final: make([]int, len(results)), finals: map[string]int{}}
+// finish sums up f.results, the buyers of shape, units on sale in all.
+func (f *openFigures) finish(shape openShape, units int64) {
+	f.buyers, f.units, f.skus = len(f.results), units, len(shape.units)
+	f.demand, f.sent, f.final, f.finals = make([]int, len(shape.units)), make([]time.Duration, len(f.results)), make([]int, len(f.results)), map[string]int{}
 	hist := map[int64]int64{} // µs -> answers of the first second
-	for i, r := range results {
+	for i, r := range f.results {
 		f.demand[shape.picks[i]]++
 		f.sent[i] = -1
 		if r.Warm != "" {
@@ -71,7 +75,6 @@ func buyerFigures(results []buyerResult, shape openShape, keys []string, units i
 		f.finals[finalName(last)]++
 	}
 	f.p50, f.p99, f.maxMS = percentile(hist, 50), percentile(hist, 99), percentile(hist, 100)
-	return f
 }
 
 // countTries counts r's tries into f, and the latency of those answered
