@@ -140,6 +140,9 @@ func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, t
 	for _, in := range f.Stop() {
 		fig.exitOK = fig.exitOK && in.ExitOK
 	}
+	for _, in := range f.Instances {
+		fig.logErrors(in.LogPath)
+	}
 	if fig.db, err = readOpenDB(ctx, dsn, skus); err != nil {
 		return fig, driver.Machine{}, err
 	}

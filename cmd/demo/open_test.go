@@ -106,6 +106,9 @@ func TestBuyerFigures(t *testing.T) {
 	if got, want := f.finalsText(), "201: 2, 409 sold-out: 2, no answer: 1, not sent: 1"; got != want {
 		t.Errorf("finals %q; want %q", got, want)
 	}
+	if f.firstP50 != 306*ms || f.firstP99 != 1507*ms {
+		t.Errorf("first answers p50 %v, p99 %v; want 306ms, 1.507s (of 3, 105, 306, 1507 ms)", f.firstP50, f.firstP99)
+	}
 	if f.lastAnswer != 2100*ms || f.goalMet() {
 		t.Errorf("last answer %v, goal met %v; want 2.1s, false", f.lastAnswer, f.goalMet())
 	}

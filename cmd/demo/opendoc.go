@@ -106,10 +106,10 @@ func (f openFigures) finalsText() string {
 func (r openRun) line() string {
 	sold, takeable := r.soldUnits()
 	return fmt.Sprintf("%-4s STOCK_PREWARM=%-7s load %s; %d connections opened in %.1fs (%d failed), %d orders sent; last written +%d ms; "+
-		"first second: %d answers, p50 %.0f ms, p99 %.0f ms, max %.0f ms; last answer +%d ms; sold by +1s %d, last unit +%d ms (MySQL); sold %d of %d; %s; "+
+		"first second: %d answers, latency %s; first answers p50 +%d ms, p99 +%d ms; last answer +%d ms; sold by +1s %d, last unit +%d ms (MySQL); sold %d of %d; %s; "+
 		"5xx %d, no answer %d, sale-not-started %d; first %d senders won %.3f of the units, a random %d %.3f (expected %.3f); %s; all answered within %v: %s",
 		r.shape, r.prewarm, r.load, r.buyers, r.warmUp.Seconds(), r.warmFailed, r.ordered, r.lastSent.Milliseconds(),
-		r.firstSec, r.p50, r.p99, r.maxMS, r.lastAnswer.Milliseconds(), r.ordersBy(time.Second), r.lastUnit().Milliseconds(), sold, takeable, r.finalsText(),
+		r.firstSec, r.latencyText(), r.firstP50.Milliseconds(), r.firstP99.Milliseconds(), r.lastAnswer.Milliseconds(), r.ordersBy(time.Second), r.lastUnit().Milliseconds(), sold, takeable, r.finalsText(),
 		r.fiveXX, r.failed, r.early, r.firstN(), r.firstShare, r.firstN(), r.randomShare, r.expected, r.cpuText(), openGoal, metText(r.goalMet()))
 }
 
@@ -128,6 +128,14 @@ func (f openFigures) cpuText() string {
 		parts[i] = fmt.Sprintf("%s %.2f", name, f.cores(name))
 	}
 	return fmt.Sprintf("cores over %.1fs: %s", f.cpuWindow.Seconds(), strings.Join(parts, ", "))
+}
+
+// latencyText is the first second's answers' latency: p50 / p99 / max.
+func (f openFigures) latencyText() string {
+	if f.firstSec == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f / %.0f / %.0f ms", f.p50, f.p99, f.maxMS)
 }
 
 // firstN is the size of the fairness's groups: the units on sale, at most
@@ -160,12 +168,12 @@ func writeOpenDoc(ctx context.Context, o options, runs []openRun, m driver.Machi
 	b.WriteString(report.Header("The opening second, measured", o.target, report.Commit(ctx), time.Now(), m))
 	writeOpenIntro(&b, o)
 	b.WriteString("## Speed\n\n")
-	b.WriteString("| run | STOCK_PREWARM | buyers | SKUs | units | load average at the start | connections opened before the start | last order written | answers in the first second | their p50 / p99 / max | last answer | units sold by +1 s / +2 s | last unit sold | all answered within 2 s |\n")
-	b.WriteString("|---|---|--:|--:|--:|---|---|--:|--:|---|--:|---|--:|---|\n")
+	b.WriteString("| run | STOCK_PREWARM | buyers | SKUs | units | load average at the start | connections opened before the start | last order written | answers in the first second | their latency p50 / p99 / max | buyers' first answer p50 / p99 | last answer | units sold by +1 s / +2 s | last unit sold | all answered within 2 s |\n")
+	b.WriteString("|---|---|--:|--:|--:|---|---|--:|--:|---|---|--:|---|--:|---|\n")
 	for _, r := range runs {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %d in %.1f s (%d failed); %d orders sent | +%d ms | %d | %.0f / %.0f / %.0f ms | +%d ms | %d / %d | +%d ms | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %d in %.1f s (%d failed); %d orders sent | +%d ms | %d | %s | +%d / +%d ms | +%d ms | %d / %d | +%d ms | %s |\n",
 			r.shape, r.prewarm, r.buyers, r.skus, r.units, r.load, r.buyers-r.warmFailed, r.warmUp.Seconds(), r.warmFailed, r.ordered, r.lastSent.Milliseconds(),
-			r.firstSec, r.p50, r.p99, r.maxMS, r.lastAnswer.Milliseconds(), r.ordersBy(time.Second), r.ordersBy(2*time.Second), r.lastUnit().Milliseconds(), metText(r.goalMet()))
+			r.firstSec, r.latencyText(), r.firstP50.Milliseconds(), r.firstP99.Milliseconds(), r.lastAnswer.Milliseconds(), r.ordersBy(time.Second), r.ordersBy(2*time.Second), r.lastUnit().Milliseconds(), metText(r.goalMet()))
 	}
 	b.WriteString("\n## Exactness and fairness\n\n")
 	b.WriteString("| run | STOCK_PREWARM | final answers | 5xx | no answer | sale-not-started | buyers who sent again | units sold (MySQL) of those wanted | 201s without an order / orders answered otherwise / orders of buyers left unanswered | audits | first N senders' share of the units | a random N's share | expected for a random N |\n")
@@ -220,7 +228,10 @@ func writeOpenVerdict(b *bytes.Buffer, r openRun) {
 	fmt.Fprintf(b, "- %s, STOCK_PREWARM %s: %s; sold %d of the %d units the buyers wanted. Goal every buyer answered within %v of the start, no 5xx, no failed connection: last answer +%d ms, %d 5xx, %d requests without an answer, %s.",
 		r.shape, r.prewarm, verdict, sold, takeable, openGoal, r.lastAnswer.Milliseconds(), r.fiveXX, r.failed, metText(r.goalMet()))
 	if len(r.errs) > 0 {
-		fmt.Fprintf(b, " Errors seen: %s.", strings.Join(r.errs, "; "))
+		fmt.Fprintf(b, " The buyers' errors: %s.", strings.Join(r.errs, "; "))
+	}
+	if r.logged > 0 {
+		fmt.Fprintf(b, " The instances logged %d errors, such as: %s.", r.logged, strings.Join(r.logSample, "; "))
 	}
 	b.WriteString("\n")
 }

@@ -6,8 +6,10 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/seckill/stock/client"
@@ -44,6 +46,10 @@ type openFigures struct {
 	early      int            // sale-not-started answers
 	retried    int            // buyers who sent more than once
 	errs       []string       // a few of the failures' errors
+	firstP50   time.Duration  // buyers' first answers: the median time after the start
+	firstP99   time.Duration  // and the 99th percentile
+	logged     int            // ERROR lines in the instances' logs
+	logSample  []string       // a few distinct errors of them
 	db         openDB
 	audits     []client.Audit
 	exitOK     bool
@@ -75,6 +81,38 @@ func (f *openFigures) finish(shape openShape, units int64) {
 		f.finals[finalName(last)]++
 	}
 	f.p50, f.p99, f.maxMS = percentile(hist, 50), percentile(hist, 99), percentile(hist, 100)
+	f.firstP50, f.firstP99 = f.firstAnswers(50), f.firstAnswers(99)
+}
+
+// firstAnswers is the p-th percentile of the times, after the start, at
+// which the buyers had their first answer (of those who had one).
+func (f *openFigures) firstAnswers(p float64) time.Duration {
+	h := map[int64]int64{}
+	for _, r := range f.results {
+		if len(r.Tries) > 0 && r.Tries[0].Status != 0 {
+			h[r.Tries[0].At.Microseconds()]++
+		}
+	}
+	return time.Duration(percentile(h, p) * float64(time.Millisecond))
+}
+
+// logErrors counts the ERROR lines of an instance's log, and keeps a few
+// of their distinct errors.
+func (f *openFigures) logErrors(path string) {
+	b, err := os.ReadFile(path) //nolint:gosec // G304: an instance's log, of the fleet
+	if err != nil {
+		return
+	}
+	for line := range strings.Lines(string(b)) {
+		if !strings.Contains(line, "level=ERROR") {
+			continue
+		}
+		f.logged++
+		_, e, _ := strings.Cut(line, "err=")
+		if e = strings.TrimSpace(e); e != "" && len(f.logSample) < 3 && !slices.Contains(f.logSample, e) {
+			f.logSample = append(f.logSample, e)
+		}
+	}
 }
 
 // countTries counts r's tries into f, and the latency of those answered
