@@ -154,8 +154,9 @@ func openNotes(runs []openRun, knows bool) []string {
 			if a.shape != b.shape {
 				continue
 			}
-			out = append(out, fmt.Sprintf("%s, STOCK_PREWARM %s then %s: last unit sold +%d ms then +%d ms; first-second p99 %.0f ms then %.0f ms; last answer +%d ms then +%d ms.",
-				a.shape, a.prewarm, b.prewarm, a.lastUnit().Milliseconds(), b.lastUnit().Milliseconds(), a.p99, b.p99, a.lastAnswer.Milliseconds(), b.lastAnswer.Milliseconds()))
+			out = append(out, fmt.Sprintf("%s, STOCK_PREWARM %s then %s: units sold by +1 s %d then %d; last unit sold +%d ms then +%d ms; the buyers' first answer p50 +%d ms then +%d ms; last answer +%d ms then +%d ms.",
+				a.shape, a.prewarm, b.prewarm, a.ordersBy(time.Second), b.ordersBy(time.Second), a.lastUnit().Milliseconds(), b.lastUnit().Milliseconds(),
+				a.firstP50.Milliseconds(), b.firstP50.Milliseconds(), a.lastAnswer.Milliseconds(), b.lastAnswer.Milliseconds()))
 		}
 	}
 	return out
