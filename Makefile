@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
 .PHONY: help test unit vet lint fuzz flake-check build run fleet up token admin-token k8s-secrets bench chaos api-check k6-check compose-check demo-outbox \
-	demo demo-throughput demo-lifecycle demo-gates demo-wrk profile
+	demo demo-throughput demo-lifecycle demo-gates demo-wrk demo-open profile
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -130,12 +130,15 @@ DEMO_FLAGS ?=
 demo_args = -bin bin/stock -strategies '$(DEMO_STRATEGIES)' -stock $(DEMO_STOCK) -buyers $(DEMO_BUYERS) \
 	-concurrency $(DEMO_CONCURRENCY) -quantity $(DEMO_QUANTITY) -tp-stock $(DEMO_TP_STOCK) \
 	-tp-buyers $(DEMO_TP_BUYERS) -tp-concurrency $(DEMO_TP_CONCURRENCY) -gates '$(DEMO_GATES)' -out loadtest/out $(DEMO_FLAGS)
-demo: build ## the ceiling, then every strategy on three instances (sell-out proof, throughput, lifecycle), the gates, the outbox's cost
-	$(GO) run ./cmd/demo $(demo_args) -phases ceiling,sellout,throughput,lifecycle,gates,outbox -results docs/results/demo.md \
-		-gates-doc docs/results/gates.md -outbox-doc docs/results/outbox.md -target demo
+demo: build ## the ceiling, then every strategy on three instances (sell-out proof, throughput, lifecycle), the gates, the outbox's cost, the opening second
+	$(GO) run ./cmd/demo $(demo_args) -phases ceiling,sellout,throughput,lifecycle,gates,outbox,open -results docs/results/demo.md \
+		-gates-doc docs/results/gates.md -outbox-doc docs/results/outbox.md -open-doc docs/results/opening.md -target demo
 
 demo-outbox: build ## hot-SKU orders/s with the outbox's sinks (NATS, webhook) on against off, event lag, rows per order; docs/results/outbox.md
 	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -phases outbox -out loadtest/out -outbox-doc docs/results/outbox.md -target demo-outbox $(DEMO_FLAGS)
+
+demo-open: build ## 20,000 buyers, connections open, order at a sale's start: one hot SKU, then 100 Zipf-picked; STOCK_PREWARM 0 and default; docs/results/opening.md
+	$(GO) run ./cmd/demo -bin bin/stock -phases open -out loadtest/out -open-doc docs/results/opening.md -target demo-open $(DEMO_FLAGS)
 
 demo-lifecycle: build ## every strategy under a payment window: reserve, pay, cancel, expire, checked from MySQL; docs/results/lifecycle.md
 	$(GO) run ./cmd/demo $(demo_args) -phases lifecycle -results docs/results/lifecycle.md -target demo-lifecycle

@@ -61,6 +61,7 @@ type options struct {
 	wrk        *wrkOptions    // nil: no wrk phase
 	lifecycle  *lifecycleOpts // nil: no lifecycle phase
 	outbox     *outboxOpts    // nil: no outbox phase
+	open       *openOpts      // nil: no open phase
 }
 
 // ceilingOpts sizes the ceiling phase.
@@ -70,6 +71,9 @@ type ceilingOpts struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 3 && args[1] == crowdCommand {
+		return runCrowd(ctx, args[2], stdout)
+	}
 	o, err := parseOptions(args, stderr)
 	if err != nil {
 		return err
@@ -103,13 +107,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // phaseFlags are the flags that choosePhases turns into o's phases.
 type phaseFlags struct {
 	strats, phases, gateList *string
-	sinkList                 *string
+	sinkList, prewarmList    *string
 	tpRateLimit              *bool
 	gates                    gatesOpts
 	ceil                     ceilingOpts
 	wrk                      wrkOptions
 	life                     lifecycleOpts
 	outbox                   outboxOpts
+	open                     openOpts
 	sell, tp                 phase
 }
 
@@ -120,10 +125,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var (
 		o          options
 		strats     = fs.String("strategies", "all", "comma list of strategies to run, in order; all: every one, in the README's order")
-		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk, outbox")
+		phases     = fs.String("phases", "ceiling,sellout,throughput", "comma list of phases: ceiling, sellout, throughput, lifecycle, gates, wrk, outbox, open")
 		gateList   = fs.String("gates", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Gates(), ","))
 		sinkList   = fs.String("outbox-sinks", strings.Join(outboxSinks, ","), "outbox: comma list of the sinks of the runs with sinks, of "+strings.Join(outboxSinks, ",")+"; none: the relays alone")
-		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sinkList: sinkList, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
+		prewarm    = fs.String("open-prewarm", "0,"+prewarmDefault, "open: comma list of the instances' STOCK_PREWARM, one run of each shape per value; "+prewarmDefault+": unset")
+		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sinkList: sinkList, prewarmList: prewarm, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
 		quiet      = fs.Bool("q", false, "no progress lines")
 		defaultOut = filepath.Join("loadtest", "out")
 	)
@@ -148,7 +154,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if err := o.choosePhases(&pf); err != nil {
 		return o, err
 	}
-	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil && o.wrk == nil && o.lifecycle == nil && o.outbox == nil {
+	if len(o.strategies) == 0 || len(o.phases) == 0 && o.ceiling == nil && o.gates == nil && o.wrk == nil && o.lifecycle == nil && o.outbox == nil && o.open == nil {
 		return o, errors.New("nothing to run: -strategies and -phases must not be empty")
 	}
 	if o.instances < 1 || o.instances > 16 {
@@ -197,6 +203,21 @@ func (pf *phaseFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&pf.outbox.rounds, "outbox-rounds", 2, "outbox: rounds of one run with sinks off and one with them on")
 	fs.DurationVar(&pf.outbox.drain, "outbox-drain", 30*time.Second, "outbox: the longest wait after a run with sinks for every event to reach every receiver")
 	fs.StringVar(&pf.outbox.doc, "outbox-doc", "", "outbox: also write the results as a markdown document here")
+	pf.registerOpen(fs)
+}
+
+// registerOpen defines the open phase's flags on fs.
+func (pf *phaseFlags) registerOpen(fs *flag.FlagSet) {
+	op := &pf.open
+	fs.IntVar(&op.buyers, "open-buyers", 20_000, "open: buyers, each with a connection of its own opened before the start, one order each")
+	fs.Int64Var(&op.units, "open-units", 1000, "open: units on sale in each run (the Zipf run spreads them over its SKUs)")
+	fs.IntVar(&op.skus, "open-skus", 100, "open: SKUs of the Zipf run (0: the hot-SKU run alone)")
+	fs.Float64Var(&op.zipfS, "open-zipf", 1.1, "open: the Zipf law's exponent s (> 1) of the buyers' picks")
+	fs.DurationVar(&op.lead, "open-lead", 15*time.Second, "open: how far ahead the admin sets sale_starts_at; every connection must be open by then, and it must exceed STOCK_PREWARM")
+	fs.DurationVar(&op.fire, "open-fire", 5*time.Millisecond, "open: buyers send their orders at the start plus this, by the local clock")
+	fs.StringVar(&op.strategy, "open-strategy", "lock+version", "open: the instances' STOCK_STRATEGY")
+	fs.IntVar(&op.retries, "open-retries", 3, "open: sends again of one order, same key, on a temporary answer (429, 503, sale-not-started)")
+	fs.StringVar(&op.doc, "open-doc", "", "open: also write the results as a markdown document here")
 }
 
 // choosePhases sets o's strategies and phases from the flags.
@@ -228,8 +249,10 @@ func (o *options) choosePhases(pf *phaseFlags) error {
 			o.lifecycle = &pf.life
 		case "outbox":
 			err = o.chooseSinks(pf)
+		case "open":
+			err = o.chooseOpen(pf)
 		default:
-			err = fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, lifecycle, gates, wrk, outbox", p)
+			err = fmt.Errorf("-phases: unknown phase %q; want some of ceiling, sellout, throughput, lifecycle, gates, wrk, outbox, open", p)
 		}
 		if err != nil {
 			return err
@@ -296,6 +319,30 @@ func (o *options) chooseSinks(pf *phaseFlags) error {
 		pf.outbox.sinks = append(pf.outbox.sinks, s)
 	}
 	o.outbox = &pf.outbox
+	return nil
+}
+
+// chooseOpen checks the open phase's flags and sets it.
+func (o *options) chooseOpen(pf *phaseFlags) error {
+	op := &pf.open
+	switch {
+	case op.buyers < 1 || op.units < 1:
+		return fmt.Errorf("-open-buyers %d, -open-units %d: want both >= 1", op.buyers, op.units)
+	case op.skus < 0 || op.skus > 10_000 || op.skus > 0 && op.zipfS <= 1:
+		return fmt.Errorf("-open-skus %d, -open-zipf %g: want 0..10000 SKUs and s > 1", op.skus, op.zipfS)
+	case !slices.Contains(strategies, op.strategy):
+		return fmt.Errorf("-open-strategy: unknown strategy %q; want one of %s", op.strategy, strings.Join(strategies, ","))
+	}
+	op.prewarm = splitList(*pf.prewarmList)
+	for _, v := range op.prewarm {
+		if _, err := time.ParseDuration(v); err != nil && v != "0" && v != prewarmDefault {
+			return fmt.Errorf("-open-prewarm: %q is neither a duration nor %s", v, prewarmDefault)
+		}
+	}
+	if len(op.prewarm) == 0 {
+		return errors.New("-open-prewarm: empty")
+	}
+	o.open = op
 	return nil
 }
 
@@ -366,6 +413,11 @@ func demo(ctx context.Context, o options, stdout io.Writer) (report.Report, erro
 	if o.outbox != nil {
 		if err := runOutboxPhase(ctx, o, runID, token, stdout); err != nil {
 			return report.Report{}, fmt.Errorf("outbox: %w", err)
+		}
+	}
+	if o.open != nil {
+		if err := runOpenPhase(ctx, o, runID, token, stdout); err != nil {
+			return report.Report{}, fmt.Errorf("open: %w", err)
 		}
 	}
 	rep := report.NewReport(fmt.Sprintf("seckill demo: %d instances per strategy", o.instances), sections...)

@@ -10,7 +10,9 @@
 // out, so orders/s measures orders rather than rejections), among others:
 // "outbox" (outbox.go; its document with -outbox-doc) prices the outbox's
 // relays and sinks against instances without them, and measures the
-// events' lag to a webhook and to a JetStream consumer.
+// events' lag to a webhook and to a JetStream consumer; "open" (open.go)
+// measures a sale's opening second, its buyers in crowd processes the
+// demo starts as `demo open-crowd SPEC` (opencrowd.go).
 //
 //	go run ./cmd/demo -bin bin/stock -phases sellout,throughput -out loadtest/out
 package main
