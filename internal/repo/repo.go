@@ -243,6 +243,8 @@ func translate(ctx context.Context, op string, err error) error {
 			return fmt.Errorf("repo: %s: %w", op, errors.Join(service.ErrBusy, err))
 		case 1146: // table missing
 			return fmt.Errorf("repo: %s: %w", op, errors.Join(ErrSchemaOutdated, err))
+		case 1040, 1203: // too many connections (the server's, or this user's): retry later
+			return fmt.Errorf("repo: %s: %w", op, errors.Join(service.ErrUnavailable, err))
 		}
 		return fmt.Errorf("repo: %s: %w", op, err)
 	case ctx.Err() != nil:
