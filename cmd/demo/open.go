@@ -87,13 +87,14 @@ func measureOpen(ctx context.Context, o options, runID, token string) ([]openRun
 	return runs, m, nil
 }
 
-// openEnv is the instances' settings: no rate limit, the connection and
-// in-flight caps above the buyers each instance takes, and STOCK_PREWARM
+// openEnv is the instances' settings: no rate limit, the connection,
+// in-flight and per-SKU queue caps above the buyers each instance takes
+// (what a shop expecting the crowd sets), and STOCK_PREWARM
 // unless it is to stay at its default.
 func openEnv(o options, prewarm string) map[string]string {
 	env := unlimitedEnv()
 	per := strconv.Itoa((o.open.buyers+o.instances-1)/o.instances + 256)
-	maps.Copy(env, map[string]string{"STOCK_MAX_CONNS": per, "STOCK_MAX_INFLIGHT": per})
+	maps.Copy(env, map[string]string{"STOCK_MAX_CONNS": per, "STOCK_MAX_INFLIGHT": per, "STOCK_QUEUE_MAX": per})
 	if prewarm != prewarmDefault {
 		env["STOCK_PREWARM"] = prewarm
 	}

@@ -240,8 +240,8 @@ func writeOpenVerdict(b *bytes.Buffer, r openRun) {
 // writeOpenIntro describes the phase's set-up.
 func writeOpenIntro(b *bytes.Buffer, o options) {
 	oo := o.open
-	fmt.Fprintf(b, "%d `stock serve` instances (%s, no rate limit, `STOCK_MAX_CONNS` and `STOCK_MAX_INFLIGHT` set above the %d buyers each instance takes: their defaults, 2048 connections and 5000 requests in flight per instance, would hold back a bigger crowd), "+
-		"every other setting at its default (so `STOCK_QUEUE_MAX` 2000: an instance answers the orders of one SKU past 2000 waiting `429 busy` at once, with Retry-After: 1). "+
+	fmt.Fprintf(b, "%d `stock serve` instances (%s, no rate limit, `STOCK_MAX_CONNS`, `STOCK_MAX_INFLIGHT` and `STOCK_QUEUE_MAX` set above the %d buyers each instance takes: their defaults, 2048 connections, 5000 requests in flight and 2000 orders of one SKU waiting per instance, would turn a bigger crowd away with `503` or `429 busy` and Retry-After: 1, as a shop expecting this crowd would not), "+
+		"every other setting at its default. "+
 		"MySQL, Redis and the buyers all on this box, which other work may share (the load average is in the table). Each run has a fresh database and fresh instances. "+
 		"The buyers live in crowd processes of at most %d (`demo open-crowd`): a process here may hold %s open files, and each buyer is a connection. "+
 		"Each buyer has one connection of its own, buyer i to instance i mod %d; the typed client's transport is that connection alone (the request written on it, the answer read from it, nothing pooled), so every request of the buyer, its order included, goes over the connection opened before the start. "+

@@ -184,6 +184,9 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 		s.soldOut.mark(r.SKU)
 		return Order{}, false, ErrSoldOut
 	}
+	if errors.Is(err, ErrSoldOut) && s.soldOut != nil {
+		return s.answerSoldOut(ctx, r, hash)
+	}
 	lctx, cancel := writeCtx(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	existing, ferr := s.store.OrderByKey(lctx, r.Buyer, r.Key)
@@ -206,6 +209,27 @@ func (s *Service) answerRefusal(ctx context.Context, r PlaceRequest, hash string
 // holds: the per-buyer limit or the unpaid cap.
 func refusedForBuyer(err error) bool {
 	return errors.Is(err, ErrLimitExceeded) || errors.Is(err, ErrUnpaidLimit)
+}
+
+// answerSoldOut answers a write refused as sold out from a read of its key
+// shared with the SKU's other orders on the sold-out fast path (one
+// statement for many keys: a queue of orders refused at once costs a few
+// reads, not one each): the key's order if an earlier attempt placed it,
+// sold out otherwise.
+func (s *Service) answerSoldOut(ctx context.Context, r PlaceRequest, hash string) (Order, bool, error) {
+	lctx, cancel := writeCtx(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	st, prev, err := s.soldOut.check(lctx, s.store, r.SKU, BuyerKey{Buyer: r.Buyer, Key: r.Key})
+	switch {
+	case err != nil:
+		return Order{}, false, err
+	case prev != nil:
+		return replay(*prev, hash)
+	}
+	if st.Available < int64(r.Quantity) {
+		s.soldOut.mark(r.SKU)
+	}
+	return Order{}, false, ErrSoldOut
 }
 
 // precheck reads the SKU's stock row and the order of the request's key:

@@ -395,8 +395,8 @@ func TestBatchPathSkipsThePrecheck(t *testing.T) {
 	if o, replayed, err := e.place(s, "b1", "k1"); err != nil || !replayed || o.ID != first.ID {
 		t.Fatalf("replay after the sell-out = %+v, %v, %v; want the replay of order %d", o, replayed, err, first.ID)
 	}
-	if n := cs.prechecks.Load(); n != 1 {
-		t.Fatalf("%d pre-check reads after the sell-out; want 1 (the replay's)", n)
+	if n := cs.prechecks.Load(); n != 2 {
+		t.Fatalf("%d pre-check reads after the sell-out; want 2 (the refusal's key read on the fast path, and the replay's)", n)
 	}
 
 	alone, cs1, _ := e.instance(service.Config{BatchMax: 1})
