@@ -17,11 +17,11 @@ const redisWarmConns = 32
 // service's caches and the SKU's lock, the MySQL pools, the Redis pool.
 func (a *App) startPrewarm(ctx context.Context, cfg Config, log *slog.Logger) {
 	mysqlConns := cfg.MySQL.PoolSize
-	p := &service.Prewarmer{Lead: cfg.Orders.Prewarm, Store: a.Store, Log: log, Warmers: []service.Warmer{
-		a.Parts.Service.Warm,
-		func(ctx context.Context, _ service.Stock) error { return a.Store.WarmPool(ctx, mysqlConns) },
-		func(ctx context.Context, _ service.Stock) error { return warmRedis(ctx, a.Redis, redisWarmConns) },
-	}}
+	p := &service.Prewarmer{Lead: cfg.Orders.Prewarm, Store: a.Store, Log: log, Warmers: []service.Warmer{a.Parts.Service.Warm},
+		Pools: []func(context.Context) error{
+			func(ctx context.Context) error { return a.Store.WarmPool(ctx, mysqlConns) },
+			func(ctx context.Context) error { return warmRedis(ctx, a.Redis, redisWarmConns) },
+		}}
 	a.background(ctx, p.Run)
 }
 

@@ -23,12 +23,15 @@ type SalesStarting interface {
 type Warmer func(ctx context.Context, st Stock) error
 
 // Prewarmer watches for sales about to start and runs its warmers once per
-// SKU and start.
+// SKU and start, and its pool warmers once per look that found any.
 type Prewarmer struct {
 	Lead    time.Duration // how long before the start; 0: never
 	Store   SalesStarting
 	Warmers []Warmer
-	Log     *slog.Logger
+	// Pools warm what every SKU shares (connection pools): once per look,
+	// however many SKUs it found.
+	Pools []func(ctx context.Context) error
+	Log   *slog.Logger
 
 	mu     sync.Mutex
 	warmed map[string]Instant // the start each SKU was warmed for
@@ -72,6 +75,13 @@ func (p *Prewarmer) Once(ctx context.Context) int {
 		}
 		n++
 		p.Log.InfoContext(ctx, "prewarm: ready for the start", "sku", st.SKU, "starts_at", st.SaleStartsAt, "took", time.Since(began))
+	}
+	if n > 0 {
+		for _, warm := range p.Pools {
+			if err := warm(ctx); err != nil {
+				p.Log.WarnContext(ctx, "prewarm: a pool not warmed", "err", err)
+			}
+		}
 	}
 	return n
 }

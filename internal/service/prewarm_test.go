@@ -26,19 +26,21 @@ func TestPrewarmOncePerStart(t *testing.T) {
 	schedule("LATER", time.Hour)
 	schedule("BEGUN", -time.Second)
 	var got []string
+	pools := 0
 	failing := func(context.Context, service.Stock) error { return errors.New("a part that fails") }
 	p := &service.Prewarmer{Lead: 10 * time.Second, Store: u.store, Log: slog.New(slog.DiscardHandler), Warmers: []service.Warmer{
 		failing, u.svc.Warm,
 		func(_ context.Context, st service.Stock) error { got = append(got, st.SKU); return nil },
-	}}
-	if n := p.Once(ctx); n != 1 || len(got) != 1 || got[0] != "SOON" {
-		t.Fatalf("first look warmed %d: %v; want SOON alone (LATER is past the lead, BEGUN has started)", n, got)
+	}, Pools: []func(context.Context) error{func(context.Context) error { pools++; return nil }}}
+	schedule("SOON2", 5*time.Second)
+	if n := p.Once(ctx); n != 2 || len(got) != 2 || pools != 1 {
+		t.Fatalf("first look warmed %d: %v, pools %d times; want SOON and SOON2 (LATER is past the lead, BEGUN has started), pools once", n, got, pools)
 	}
 	if n, ok, err := u.counter.Available(ctx, "SOON"); err != nil || !ok || n != 7 {
 		t.Fatalf("SOON's counter after the warm = %d, %v, %v; want seeded with 7", n, ok, err)
 	}
-	if n := p.Once(ctx); n != 0 {
-		t.Fatalf("second look warmed %d; want 0 (once per start)", n)
+	if n := p.Once(ctx); n != 0 || pools != 1 {
+		t.Fatalf("second look warmed %d, pools %d times; want 0 (once per start), pools still once", n, pools)
 	}
 	schedule("SOON", 6*time.Second) // a new start: warmed again
 	if n := p.Once(ctx); n != 1 {
