@@ -97,8 +97,12 @@ func unpaidColumn(set service.UnpaidSetting) *int64 {
 // the row was read (never ahead of the server), from the end on by that
 // clock carried forward to now; nil while the sale is open.
 func (r stockModel) saleRefusal() error {
+	if r.SaleStartsAt == nil && r.SaleEndsAt == nil { // most rows: no schedule to decide
+		return nil
+	}
 	c := r.clock()
-	return r.stock().Schedule().Refusal(c.at, c.now())
+	sched := service.Schedule{StartsAt: service.InstantOf(r.SaleStartsAt), EndsAt: service.InstantOf(r.SaleEndsAt)}
+	return sched.Refusal(c.at, c.now())
 }
 
 // newOrderStatus is the status and deadline of an order placed on this row
