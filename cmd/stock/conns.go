@@ -31,7 +31,7 @@ func limitConns(srv *http.Server, ln net.Listener, limit int) net.Listener {
 	if limit <= 0 {
 		return ln
 	}
-	cp := &connCap{limit: int64(limit), idle: make(map[net.Conn]struct{})}
+	cp := &connCap{limit: int64(limit)}
 	next := srv.ConnState
 	srv.ConnState = func(c net.Conn, s http.ConnState) {
 		cp.changed(c, s)
@@ -49,37 +49,41 @@ func limitConns(srv *http.Server, ln net.Listener, limit int) net.Listener {
 	return netutil.LimitListener(ln, limit)
 }
 
-// connCap is limitConns's count of the connections open and idle.
+// connCap is limitConns's count of the connections open and idle. It
+// takes no lock of its own: every connection changes state twice a
+// request, and a crowd arriving at once would queue on one mutex.
 type connCap struct {
 	limit int64
 	open  atomic.Int64
 	full  atomic.Bool // from the cap down to half of it: no keep-alive
-	mu    sync.Mutex
-	idle  map[net.Conn]struct{} // between two requests
+	idle  sync.Map    // net.Conn -> struct{}: between two requests
 }
 
 // changed follows c into state s: at the cap every idle connection is
-// closed, and one that turns idle while full is closed at once.
+// closed, and one that turns idle while full is closed at once (also when
+// the cap is reached as it turns idle: it looks again after it is listed).
 func (cp *connCap) changed(c net.Conn, s http.ConnState) {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
 	switch s {
 	case http.StateNew:
 		if cp.open.Add(1) >= cp.limit && !cp.full.Swap(true) {
-			for ic := range cp.idle {
-				_ = ic.Close()
-			}
+			cp.idle.Range(func(ic, _ any) bool {
+				_ = ic.(net.Conn).Close()
+				return true
+			})
 		}
 	case http.StateIdle:
 		if cp.full.Load() {
 			_ = c.Close()
 			return
 		}
-		cp.idle[c] = struct{}{}
+		cp.idle.Store(c, struct{}{})
+		if cp.full.Load() {
+			_ = c.Close()
+		}
 	case http.StateActive:
-		delete(cp.idle, c)
+		cp.idle.Delete(c)
 	case http.StateClosed, http.StateHijacked:
-		delete(cp.idle, c)
+		cp.idle.Delete(c)
 		if cp.open.Add(-1) <= cp.limit/2 {
 			cp.full.Store(false)
 		}

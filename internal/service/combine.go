@@ -71,6 +71,13 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch)
 		return
 	}
+	if s.soldOut.known(sku) {
+		// Sold out while these waited: they, and every order queued behind
+		// them, leave for the fast path's shared reads (no lock, no
+		// transaction each).
+		answerAll(append(batch, s.queues.More(sku, s.cfg.QueueMax)...), errQueuedPastSoldOut)
+		return
+	}
 	if s.redis.skip() {
 		s.metrics.Batch(len(batch))
 		eachWithoutRedis(s, batch, nil)
@@ -200,17 +207,21 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 		answerAll(batch, err)
 		return err
 	}
-	replayed := false
+	replayed, soldOut := false, false
 	for i, c := range batch {
 		replayed = replayed || errors.Is(errs[i], ErrDuplicateKey)
+		soldOut = soldOut || errors.Is(errs[i], ErrSoldOut)
 		c.Answer(orders[i], errs[i])
 	}
 	// Marked here, before runBatch returns and the SKU's next batch starts,
-	// not where the replay is answered (Place): that runs on the waiter's
+	// not where the answer is taken (Place): that runs on the waiter's
 	// goroutine and could come after the next batch has decided whether to
-	// read its keys.
+	// read its keys, or to take the lock at all (runBatch).
 	if replayed {
 		s.replays.saw()
+	}
+	if soldOut {
+		s.soldOut.mark(b.SKU)
 	}
 	return nil
 }

@@ -429,3 +429,43 @@ func (u *unit) replayQueue(t *testing.T, qs ...int) (service.Order, []service.Pl
 	}
 	return first, reqs
 }
+
+// Orders still queued when their SKU sells out take no turn of the lock:
+// the batch that sold the last unit puts the SKU on the sold-out fast path,
+// and the next batch sends its orders, and every order queued behind them,
+// to that path's shared reads. Each is answered as a new order there would
+// be: sold out, or its order back when its key placed one.
+func TestQueuedOrdersLeaveForTheSoldOutPath(t *testing.T) {
+	t.Parallel()
+	u, g := newQueueUnit(t, service.Config{BatchMax: 4, SoldOutTTL: time.Hour})
+	u.setStock(t, u.sku, 5, 0)
+	first := u.place(t, "b1", "first", u.sku, 1)
+	reqs := make([]service.PlaceRequest, 40)
+	for i := range reqs {
+		reqs[i] = service.PlaceRequest{Buyer: fmt.Sprint("q", i), Key: "k", SKU: u.sku, Quantity: 1}
+	}
+	reqs[30] = u.req("first", 1) // a retry of the first order: its replay
+	release, _, out := u.queueUp(t, g, background(len(reqs)), reqs)
+	release()
+	placed, soldOut, replays := 0, 0, 0
+	for i, ch := range out {
+		p := <-ch
+		switch {
+		case p.err == nil && p.replayed && p.o.ID == first.ID:
+			replays++
+		case p.err == nil:
+			placed++
+		case errors.Is(p.err, service.ErrSoldOut):
+			soldOut++
+		default:
+			t.Fatalf("order %d = %v; want placed, a replay or sold out", i, p.err)
+		}
+	}
+	if placed != 3 || replays != 1 || soldOut != 36 {
+		t.Fatalf("placed %d, replays %d, sold out %d; want 3 (the units the leader left), 1 and 36", placed, replays, soldOut)
+	}
+	// The leader's batch, then one batch of 4 that sold the last 3 units.
+	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 4}) {
+		t.Fatalf("batches %v; want [1 4]: the orders queued past the sell-out took no batch", got)
+	}
+}

@@ -66,6 +66,11 @@ var ErrLockNotObtained = errors.New("service: SKU lock not obtained in time")
 // certainly not placed.
 var errNotQueued = errors.New("service: the client gave up before the order was queued")
 
+// errQueuedPastSoldOut answers the orders still queued when their SKU
+// joined the sold-out fast path: each is answered from that path's shared
+// read instead of a turn of the lock (Place), never placed or refused by it.
+var errQueuedPastSoldOut = errors.New("service: the SKU sold out while the order was queued")
+
 // errSoldOutKeyRead is ErrSoldOut from a read of the stock row that read
 // the order's key too (none): answerRefusal need not look it up again.
 var errSoldOutKeyRead = fmt.Errorf("%w (its key has no order)", ErrSoldOut)

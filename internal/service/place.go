@@ -93,6 +93,20 @@ func (s *Service) Place(ctx context.Context, r PlaceRequest) (o Order, replayed 
 	hash := r.Hash()
 	d := Deduction{Buyer: r.Buyer, Key: r.Key, RequestHash: hash, SKU: r.SKU, Quantity: r.Quantity, Admitted: &admitted}
 	o, err = s.write(ctx, d)
+	for range 2 {
+		if !errors.Is(err, errQueuedPastSoldOut) {
+			break
+		}
+		// Answered as a new order on the fast path would be; stock found
+		// again (a restock) sends it the usual way once more.
+		if o, replayed, answered, err := s.answerFromPrecheck(ctx, r); answered {
+			return o, replayed, err
+		}
+		o, err = s.write(ctx, d)
+	}
+	if errors.Is(err, errQueuedPastSoldOut) { // the SKU flapped: the client may retry
+		err = fmt.Errorf("%w: %w", ErrBusy, err)
+	}
 	if err != nil {
 		return s.answerRefusal(ctx, r, hash, err)
 	}
