@@ -220,8 +220,9 @@ const (
 var logLevels = map[string]slog.Level{"info": slog.LevelInfo, "debug": slog.LevelDebug, "warn": slog.LevelWarn, "error": slog.LevelError}
 
 // Events is the group of the outbox's relay (internal/outbox): every
-// change is an event row written with it; each instance's relay stamps the
-// feed (`GET /v1/admin/events`) and sends the events to the sinks set here.
+// change is an event row written with it; each instance's relay sends the
+// events to the sinks set here and prunes (the feed, `GET
+// /v1/admin/events`, is read whether or not a relay runs).
 type Events struct {
 	// Run this instance's relay (the instances share the work); `0`: only
 	// write the events (another deployment relays them).

@@ -27,9 +27,9 @@ import (
 
 // fakeStore is the outbox's store behind a real outbox.Feed, for the tests
 // that need exact answers from the feed routes: Feed pages evs by position,
-// Redeliver answers from redeliver (nil for an id not in it). The feed
-// calls no other method (they are the embedded nil Store's, and would
-// panic).
+// Redeliver answers from redeliver (nil for an id not in it), Stamp has
+// nothing to stamp. The feed calls no other method (they are the embedded
+// nil Store's, and would panic).
 type fakeStore struct {
 	outbox.Store
 	evs       []events.FeedEvent
@@ -53,6 +53,8 @@ func (s *fakeStore) Feed(_ context.Context, q outbox.FeedQuery) ([]events.FeedEv
 }
 
 func (s *fakeStore) Redeliver(_ context.Context, id int64, _ string) error { return s.redeliver[id] }
+
+func (s *fakeStore) Stamp(context.Context, int) (int, error) { return 0, nil }
 
 func (s *fakeStore) lastQuery() outbox.FeedQuery {
 	s.mu.Lock()

@@ -41,7 +41,7 @@ func (d *dispatcher) run(ctx context.Context) {
 	var lastScan time.Time
 	name := d.t.Sink.Name()
 	for {
-		if time.Since(lastScan) > 5*time.Second {
+		if time.Since(lastScan) > d.r.cfg.Rescan {
 			lastScan = time.Now()
 			if b, err := d.r.store.Backlog(ctx, name); err == nil {
 				d.r.obs.Backlog(name, b)

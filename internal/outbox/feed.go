@@ -37,6 +37,9 @@ func (f Feed) Page(ctx context.Context, after, sku string, limit int) (events.Pa
 			return events.Page{}, ErrBadCursor
 		}
 	}
+	if err := f.stamp(ctx); err != nil {
+		return events.Page{}, err
+	}
 	evs, err := f.Store.Feed(ctx, FeedQuery{After: pos, SKU: sku, Limit: limit, Sinks: f.Sinks})
 	if err != nil {
 		return events.Page{}, err
@@ -48,6 +51,26 @@ func (f Feed) Page(ctx context.Context, after, sku string, limit int) (events.Pa
 		evs = []events.FeedEvent{}
 	}
 	return events.Page{Events: evs, Next: strconv.FormatInt(pos, 10)}, nil
+}
+
+// stampRounds bounds the stamping one page does (stampRounds*stampBatch
+// events); what is left is stamped by the next page's.
+const (
+	stampBatch  = 1000
+	stampRounds = 20
+)
+
+// stamp gives positions to the committed events that have none, up to
+// stampRounds batches: the feed is stamped when it is read, not by every
+// relay all the time.
+func (f Feed) stamp(ctx context.Context) error {
+	for range stampRounds {
+		n, err := f.Store.Stamp(ctx, stampBatch)
+		if err != nil || n < stampBatch {
+			return err
+		}
+	}
+	return nil
 }
 
 // Redeliver asks for the event id to be POSTed to the webhook again, in

@@ -51,6 +51,10 @@ type Config struct {
 	Workers int
 	// Batch is how many events of a SKU are read at once (default 100).
 	Batch int
+	// Rescan is how often each target reads its whole backlog (default
+	// 5s): what discovery missed (a SKU another relay let go, a retry
+	// come due, an event committed later than gapWait after its id).
+	Rescan time.Duration
 }
 
 func (c *Config) defaults() {
@@ -66,6 +70,9 @@ func (c *Config) defaults() {
 	if c.Batch <= 0 {
 		c.Batch = 100
 	}
+	if c.Rescan <= 0 {
+		c.Rescan = 5 * time.Second
+	}
 	for i := range c.Targets {
 		if c.Targets[i].MaxBackoff <= 0 {
 			c.Targets[i].MaxBackoff = time.Minute
@@ -76,7 +83,7 @@ func (c *Config) defaults() {
 	}
 }
 
-// Relay stamps the feed, delivers every target's events and prunes.
+// Relay delivers every target's events and prunes.
 type Relay struct {
 	cfg   Config
 	store Store
@@ -93,8 +100,8 @@ func New(cfg Config, store Store, obs Observer, log *slog.Logger) *Relay {
 	return &Relay{cfg: cfg, store: store, obs: obs, log: log}
 }
 
-// Run works until ctx ends: the stamper and pruner (each by its lease)
-// and one dispatcher per target. It returns when all have stopped.
+// Run works until ctx ends: the pruner (by its lease), discovery and one
+// dispatcher per target. It returns when all have stopped.
 func (r *Relay) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.runJobs(ctx) })
@@ -113,26 +120,32 @@ func (r *Relay) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// discover reads, every tick, the SKUs of the events stamped since the
+// discover reads, every tick, the SKUs of the events committed since the
 // last look and hands them to every dispatcher: one read per relay, not
-// per target. It starts from the feed's end when it starts (what is older
-// is each dispatcher's backlog).
+// per target. It starts from the newest event when it starts (what is
+// older is each dispatcher's backlog). Ids are given at the INSERT, not
+// at the COMMIT, so an id skipped over (its transaction still open) is
+// looked for again every tick for gapWait; past that it is left to the
+// dispatchers' rescans (a rolled-back transaction leaves its ids unused).
 func (r *Relay) discover(ctx context.Context, ds []*dispatcher) {
 	tick := time.NewTicker(r.cfg.Tick)
 	defer tick.Stop()
 	var pos int64 = -1
+	gaps := map[int64]time.Time{} // ids skipped over, since when
 	for {
 		for more := true; more && ctx.Err() == nil; {
-			skus, top, err := r.store.Touched(ctx, pos, 5000)
+			ws, top, err := r.store.Written(ctx, pos, 5000)
 			if err != nil {
 				break
 			}
-			more = pos >= 0 && top > pos && len(skus) > 0
-			pos = top
-			for _, d := range ds {
-				d.add(skus)
+			more = pos >= 0 && len(ws) == 5000
+			if pos >= 0 {
+				noteGaps(gaps, pos, ws)
 			}
+			pos = top
+			handOut(ds, ws)
 		}
+		r.lookForGaps(ctx, ds, gaps)
 		select {
 		case <-ctx.Done():
 			return
@@ -141,40 +154,86 @@ func (r *Relay) discover(ctx context.Context, ds []*dispatcher) {
 	}
 }
 
-// runJobs stamps feed positions every tick and prunes every minute, each
-// while this relay holds its lease. The stamp lease is asked for (taken or
-// renewed) every third of it, not every tick.
+// gapWait is how long discovery looks for an event whose id it skipped;
+// maxGaps bounds the ids it looks for at once.
+const (
+	gapWait = 2 * time.Second
+	maxGaps = 1000
+)
+
+// noteGaps records in gaps the ids between after and ws's (in id order)
+// that were not read.
+func noteGaps(gaps map[int64]time.Time, after int64, ws []Written) {
+	now := time.Now()
+	prev := after
+	for _, w := range ws {
+		for id := prev + 1; id < w.ID && len(gaps) < maxGaps; id++ {
+			gaps[id] = now
+		}
+		prev = w.ID
+	}
+}
+
+// lookForGaps reads which skipped ids are committed now, hands their SKUs
+// out and stops looking for them, and for those older than gapWait.
+func (r *Relay) lookForGaps(ctx context.Context, ds []*dispatcher, gaps map[int64]time.Time) {
+	if len(gaps) == 0 {
+		return
+	}
+	ids := make([]int64, 0, len(gaps))
+	for id := range gaps {
+		ids = append(ids, id)
+	}
+	found, err := r.store.WrittenOf(ctx, ids)
+	if err != nil {
+		return
+	}
+	for _, w := range found {
+		delete(gaps, w.ID)
+	}
+	handOut(ds, found)
+	for id, since := range gaps {
+		if time.Since(since) > gapWait {
+			delete(gaps, id)
+		}
+	}
+}
+
+// handOut gives the SKUs of ws to every dispatcher.
+func handOut(ds []*dispatcher, ws []Written) {
+	if len(ws) == 0 {
+		return
+	}
+	seen := make(map[string]bool, 8)
+	skus := make([]string, 0, 8)
+	for _, w := range ws {
+		if !seen[w.SKU] {
+			seen[w.SKU] = true
+			skus = append(skus, w.SKU)
+		}
+	}
+	for _, d := range ds {
+		d.add(skus)
+	}
+}
+
+// runJobs prunes every minute while this relay holds the prune lease.
 func (r *Relay) runJobs(ctx context.Context) {
-	tick := time.NewTicker(r.cfg.Tick)
+	if r.cfg.Retention <= 0 {
+		return
+	}
+	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
-	var lastPrune, asked time.Time
-	stamping := false
 	for {
+		if ok, err := r.store.TakeLease(ctx, "prune", r.cfg.Owner, time.Minute); err == nil && ok {
+			if _, err := r.store.Prune(ctx, time.Now().Add(-r.cfg.Retention), 5000); err != nil {
+				r.log.Warn("outbox: pruning failed", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		}
-		if time.Since(asked) >= r.cfg.Lease/3 {
-			asked = time.Now()
-			ok, err := r.store.TakeLease(ctx, "stamp", r.cfg.Owner, r.cfg.Lease)
-			stamping = err == nil && ok
-		}
-		if stamping {
-			var err error
-			for n := 1000; n == 1000 && ctx.Err() == nil; {
-				if n, err = r.store.Stamp(ctx, r.cfg.Owner, 1000); err != nil {
-					r.log.Warn("outbox: stamping the feed failed", "err", err)
-				}
-			}
-		}
-		if r.cfg.Retention > 0 && time.Since(lastPrune) > time.Minute {
-			lastPrune = time.Now()
-			if ok, err := r.store.TakeLease(ctx, "prune", r.cfg.Owner, time.Minute); err == nil && ok {
-				if _, err := r.store.Prune(ctx, time.Now().Add(-r.cfg.Retention), 5000); err != nil {
-					r.log.Warn("outbox: pruning failed", "err", err)
-				}
-			}
 		}
 	}
 }

@@ -1,7 +1,10 @@
 package outbox_test
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +24,13 @@ import (
 // newStore opens a store on a fresh, migrated database.
 func newStore(t *testing.T) *repo.Store {
 	t.Helper()
-	s, err := repo.Open(context.Background(), testserver.Database(t), repo.Options{MaxOpenConns: 8})
+	return openStore(t, testserver.Database(t))
+}
+
+// openStore opens a store on dsn's database, migrated.
+func openStore(t *testing.T, dsn string) *repo.Store {
+	t.Helper()
+	s, err := repo.Open(context.Background(), dsn, repo.Options{MaxOpenConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +73,17 @@ func (r *recorder) events() []events.Event {
 // run starts a relay of targets on s until the test ends.
 func run(t *testing.T, s *repo.Store, owner string, targets ...outbox.Target) {
 	t.Helper()
+	runWith(t, s, outbox.Config{Owner: owner, Targets: targets})
+}
+
+// runWith starts a relay of cfg (ticks of 10ms, leases of 1s unless set)
+// on s until the test ends.
+func runWith(t *testing.T, s *repo.Store, cfg outbox.Config) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := outbox.New(outbox.Config{Owner: owner, Targets: targets, Tick: 10 * time.Millisecond, Lease: time.Second}, s.Outbox(), nil,
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg.Tick = cmp.Or(cfg.Tick, 10*time.Millisecond)
+	cfg.Lease = cmp.Or(cfg.Lease, time.Second)
+	r := outbox.New(cfg, s.Outbox(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -337,4 +354,75 @@ func TestBacklog(t *testing.T) {
 		b, err := s.Outbox().Backlog(ctx, "a")
 		return err == nil && b.Pending == 0 && b.Oldest == 0
 	})
+}
+
+// An event whose transaction commits after a later id's did (its id was
+// skipped over while the transaction was open) is still found by the
+// relay's discovery, not left to the backlog's rescan (here an hour).
+func TestDiscoveryFindsALateCommit(t *testing.T) {
+	t.Parallel()
+	dsn := testserver.Database(t)
+	s := openStore(t, dsn)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	for _, sku := range []string{"slow", "fast"} {
+		if _, err := s.SetStock(ctx, sku, service.StockSetting{Available: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := &recorder{name: "a"}
+	runWith(t, s, outbox.Config{Owner: "r1", Targets: []outbox.Target{{Sink: sink, Timeout: 100 * time.Millisecond}}, Rescan: time.Hour})
+	waitFor(t, "both stockings delivered", func() bool { return len(sink.events()) == 2 })
+	time.Sleep(time.Second) // the SKUs' workers let their cursors go: only discovery starts one again
+
+	// slow's next event, written as the stores write one, left uncommitted.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	body, _ := json.Marshal(events.Stock{Available: 4})
+	if _, err := tx.ExecContext(ctx, "UPDATE stock SET event_seq = event_seq + 1 WHERE sku = 'slow'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_events (sku, seq, type, occurred_at, stock)
+		VALUES ('slow', 2, 'stock.changed', UTC_TIMESTAMP(6), ?)`, string(body)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetStock(ctx, "fast", service.StockSetting{Available: 6}); err != nil { // a later id, committed first
+		t.Fatal(err)
+	}
+	waitFor(t, "fast's second event delivered", func() bool { return len(sink.events()) == 3 })
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "slow's second event delivered", func() bool { return len(sink.events()) == 4 })
+	checkSeqs(t, sink.events(), map[string]int{"slow": 2, "fast": 2})
+}
+
+// The feed is stamped when it is read: with no relay running, a page holds
+// every committed event, per SKU in seq order, at rising positions.
+func TestFeedStampsWhenRead(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	want := sale(t, s)
+	p, err := outbox.Feed{Store: s.Outbox()}.Page(context.Background(), "", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []events.Event
+	for i, e := range p.Events {
+		if i > 0 && e.Position <= p.Events[i-1].Position {
+			t.Errorf("event %d at position %d, after %d; want rising positions", i, e.Position, p.Events[i-1].Position)
+		}
+		got = append(got, e.Event)
+	}
+	if len(got) != 13 {
+		t.Fatalf("the feed has %d events, want 13", len(got))
+	}
+	checkSeqs(t, got, want)
 }

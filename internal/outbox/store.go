@@ -1,7 +1,8 @@
 // Package outbox delivers the events the stores write in the same
-// transaction as each change (the transactional outbox): it stamps the
-// feed's positions, hands each SKU's events to every sink in seq order,
-// retries with backoff, and prunes what retention lets go. Every instance
+// transaction as each change (the transactional outbox): it hands each
+// SKU's events to every sink in seq order, retries with backoff, prunes
+// what retention lets go, and stamps the feed's positions when the feed is
+// read (Feed), so an outbox nobody reads by its feed costs no stamping. Every instance
 // runs a Relay; they share the work by leases in MySQL (one relay per SKU
 // and sink at a time), and take over a dead instance's SKUs when its leases
 // lapse. Delivery is at least once, with stable ids.
@@ -46,6 +47,12 @@ type FeedQuery struct {
 	Sinks []string // whose delivery state each event carries
 }
 
+// Written is an event's id and SKU: what the relays' discovery reads.
+type Written struct {
+	ID  int64
+	SKU string
+}
+
 // Redelivery is a failed event an admin asked to send again.
 type Redelivery struct {
 	Event    events.Event
@@ -71,17 +78,20 @@ type Store interface {
 	// reports whether owner holds it.
 	TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
 	// Stamp gives feed positions, in id order, to up to limit committed
-	// events that have none, skipping rows still being written, while
-	// owner holds the lease "stamp" (checked in its transaction). It
-	// returns how many it stamped.
-	Stamp(ctx context.Context, owner string, limit int) (int, error)
+	// events that have none, skipping rows still being written; stampers
+	// at any instance take turns (a lock in its transaction). It returns
+	// how many it stamped.
+	Stamp(ctx context.Context, limit int) (int, error)
 	// Feed returns a page of stamped events in position order, each with
 	// its position and delivery state per q.Sinks.
 	Feed(ctx context.Context, q FeedQuery) ([]events.FeedEvent, error)
-	// Touched returns the SKUs of the events stamped after position after
-	// (at most limit events read) and the highest position read; for a
-	// negative after, no SKUs and the highest position stamped.
-	Touched(ctx context.Context, after int64, limit int) ([]string, int64, error)
+	// Written returns, in id order, up to limit committed events whose ids
+	// are above after, and the highest id read (after when none); for a
+	// negative after, none and the highest id written. An event committed
+	// later may have a lower id than one read already (WrittenOf).
+	Written(ctx context.Context, after int64, limit int) ([]Written, int64, error)
+	// WrittenOf returns those of ids whose events are committed now.
+	WrittenOf(ctx context.Context, ids []int64) ([]Written, error)
 	// Behind returns up to limit SKUs whose last event is past sink's
 	// cursor (or that have no cursor yet).
 	Behind(ctx context.Context, sink string, limit int) ([]string, error)

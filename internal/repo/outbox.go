@@ -53,20 +53,19 @@ func (s *Store) TakeLease(ctx context.Context, name, owner string, ttl time.Dura
 // hold (being written), so a slow writer never holds the feed up; its rows
 // come later with higher positions. Per SKU that keeps seq order: a SKU's
 // next event cannot be written before the previous one committed. Two
-// stampers never run at once, even when a lease lapsed under a paused one:
-// each locks the lease's row first and stamps only as its owner.
+// stampers never run at once: each locks the "stamp" row of outbox_leases
+// first, for its whole transaction.
 //
 // It runs READ COMMITTED: its locking read then takes no gap locks, which
 // would hold up (or deadlock with) the INSERTs of new events.
-func (s *Store) Stamp(ctx context.Context, owner string, limit int) (int, error) {
+func (s *Store) Stamp(ctx context.Context, limit int) (int, error) {
 	tx, err := s.sql.BeginTx(ctx, &readCommitted)
 	if err != nil {
 		return 0, translate(ctx, "stamp", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	var mine bool
-	err = tx.QueryRowContext(ctx, "SELECT owner = ? AND lease_until > UTC_TIMESTAMP(6) FROM outbox_leases WHERE name = 'stamp' FOR UPDATE", owner).Scan(&mine)
-	if err != nil || !mine {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_leases (name, owner, lease_until) VALUES ('stamp', '', UTC_TIMESTAMP(6))
+		ON DUPLICATE KEY UPDATE name = name`); err != nil {
 		return 0, translate(ctx, "stamp", err)
 	}
 	ids, err := scanIDs(tx.QueryContext(ctx, "SELECT id FROM outbox_events WHERE pos IS NULL ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED", limit))
@@ -236,33 +235,50 @@ func deliveryState(m map[string]string, sink string, passed bool, failure string
 	return m
 }
 
-// Touched returns the SKUs of events stamped after a position
-// (outbox.Store).
-func (s *Store) Touched(ctx context.Context, after int64, limit int) ([]string, int64, error) {
+// Written returns the committed events above an id (outbox.Store).
+func (s *Store) Written(ctx context.Context, after int64, limit int) ([]outbox.Written, int64, error) {
 	if after < 0 {
 		var top int64
-		err := s.sql.QueryRowContext(ctx, "SELECT COALESCE(MAX(pos), 0) FROM outbox_events").Scan(&top)
+		err := s.sql.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM outbox_events").Scan(&top)
 		return nil, top, translate(ctx, "read new events", err)
 	}
-	rows, err := s.sql.QueryContext(ctx, "SELECT sku, pos FROM outbox_events WHERE pos > ? ORDER BY pos LIMIT ?", after, limit)
+	out, err := scanWritten(s.sql.QueryContext(ctx, "SELECT id, sku FROM outbox_events WHERE id > ? ORDER BY id LIMIT ?", after, limit))
+	top := after
+	if len(out) > 0 {
+		top = out[len(out)-1].ID
+	}
+	return out, top, translate(ctx, "read new events", err)
+}
+
+// WrittenOf returns those of ids committed now (outbox.Store).
+func (s *Store) WrittenOf(ctx context.Context, ids []int64) ([]outbox.Written, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	out, err := scanWritten(s.sql.QueryContext(ctx, "SELECT id, sku FROM outbox_events WHERE id IN ("+in+")", args...)) //nolint:gosec // G202: placeholders only
+	return out, translate(ctx, "read new events", err)
+}
+
+// scanWritten reads (id, sku) rows.
+func scanWritten(rows *sql.Rows, err error) ([]outbox.Written, error) {
 	if err != nil {
-		return nil, after, translate(ctx, "read new events", err)
+		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	seen := map[string]bool{}
-	var skus []string
-	top := after
+	var out []outbox.Written
 	for rows.Next() {
-		var sku string
-		if err := rows.Scan(&sku, &top); err != nil {
-			return nil, after, translate(ctx, "read new events", err)
+		var w outbox.Written
+		if err := rows.Scan(&w.ID, &w.SKU); err != nil {
+			return nil, err
 		}
-		if !seen[sku] {
-			seen[sku] = true
-			skus = append(skus, sku)
-		}
+		out = append(out, w)
 	}
-	return skus, top, translate(ctx, "read new events", rows.Err())
+	return out, rows.Err()
 }
 
 // Behind returns SKUs whose last event is past sink's cursor

@@ -167,7 +167,7 @@ var schemaDocs = []tableDoc{
 	},
 	{
 		name:  "outbox_leases",
-		about: "The relays' jobs that one instance does at a time: `stamp` (the feed's positions) and `prune`.",
+		about: "`prune`: the relays' pruning, one instance at a time by lease; `stamp`: the row the feed's stampers lock to take turns.",
 		columns: map[string]string{
 			"name":        "The job.",
 			"owner":       "The relay doing it.",
