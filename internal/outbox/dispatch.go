@@ -192,24 +192,28 @@ func (h *hold) release(ctx context.Context, wait time.Duration) time.Duration {
 	return wait
 }
 
-// deliver sends evs in order, marking as it goes (mark). On a failed
-// attempt it marks what went, records the retry (or gives the event up
-// past MaxAge) and says how long to wait. held is false once the lease was
-// lost to another relay.
+// deliver sends evs in order, marking as it goes (mark): a BatchSink's
+// events together, another sink's one at a time. On a failed attempt it
+// marks what went, records the retry (or gives the event up past MaxAge)
+// and says how long to wait. held is false once the lease was lost to
+// another relay.
 func (h *hold) deliver(ctx context.Context, evs []events.Event) (wait time.Duration, held bool) {
-	for _, e := range evs {
-		err := h.d.r.send(ctx, h.d.t, e)
-		if err == nil {
-			h.sent = e.Seq
+	for len(evs) > 0 {
+		n, err := h.d.r.sendSome(ctx, h.d.t, evs)
+		if n > 0 {
+			h.sent = evs[n-1].Seq
 			if !h.mark(ctx, false) {
 				return 0, false
 			}
+		}
+		if err == nil {
+			evs = evs[n:]
 			continue
 		}
 		if !h.mark(ctx, h.sent != h.c.Seq) {
 			return 0, false
 		}
-		return h.d.failed(ctx, h.sku, &h.c, e, err, &h.sent)
+		return h.d.failed(ctx, h.sku, &h.c, evs[n], err, &h.sent)
 	}
 	return 0, true
 }

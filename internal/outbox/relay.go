@@ -265,18 +265,42 @@ func (r *Relay) runRedeliveries(ctx context.Context, t Target) {
 
 // send makes one attempt at e on t, bounded by t.Timeout.
 func (r *Relay) send(ctx context.Context, t Target, e events.Event) error {
-	body, err := json.Marshal(e)
-	if err != nil {
-		return err
+	_, err := r.sendSome(ctx, t, []events.Event{e})
+	return err
+}
+
+// sendSome makes one attempt at evs on t, bounded by t.Timeout: at all of
+// them together when t's sink is a BatchSink, else at the first alone. It
+// returns how many, from the first, were delivered, and the error of the
+// next one when it was not (nil: n events went, and the caller sends on).
+func (r *Relay) sendSome(ctx context.Context, t Target, evs []events.Event) (int, error) {
+	bs, batch := t.Sink.(BatchSink)
+	if !batch {
+		evs = evs[:1]
+	}
+	bodies := make([][]byte, len(evs))
+	for i, e := range evs {
+		body, err := json.Marshal(e)
+		if err != nil {
+			return 0, err
+		}
+		bodies[i] = body
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
-	if err := t.Sink.Send(ctx, e, body); err != nil {
-		r.obs.AttemptFailed(t.Sink.Name(), false)
-		return err
+	n, err := len(evs), error(nil)
+	if batch {
+		n, err = bs.SendBatch(ctx, evs, bodies)
+	} else if err = t.Sink.Send(ctx, evs[0], bodies[0]); err != nil {
+		n = 0
 	}
-	r.obs.Delivered(t.Sink.Name(), time.Since(e.OccurredAt))
-	return nil
+	for _, e := range evs[:n] {
+		r.obs.Delivered(t.Sink.Name(), time.Since(e.OccurredAt))
+	}
+	if err != nil {
+		r.obs.AttemptFailed(t.Sink.Name(), false)
+	}
+	return n, err
 }
 
 // backoff is the wait before attempt n+1 after n failed ones: about 1s,

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,6 +63,24 @@ func (r *recorder) Send(_ context.Context, e events.Event, _ []byte) error {
 	}
 	r.got = append(r.got, e)
 	return nil
+}
+
+// batchRecorder is a recorder that takes a SKU's events in batches
+// (outbox.BatchSink), stopping at the first fail refuses; batches counts
+// its calls.
+type batchRecorder struct {
+	recorder
+	batches atomic.Int64
+}
+
+func (r *batchRecorder) SendBatch(ctx context.Context, evs []events.Event, _ [][]byte) (int, error) {
+	r.batches.Add(1)
+	for i, e := range evs {
+		if err := r.Send(ctx, e, nil); err != nil {
+			return i, err
+		}
+	}
+	return len(evs), nil
 }
 
 func (r *recorder) events() []events.Event {
@@ -156,11 +175,14 @@ func TestRelayDeliversEveryChange(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	want := sale(t, s)
-	a, b := &recorder{name: "a"}, &recorder{name: "b"}
+	a, b := &recorder{name: "a"}, &batchRecorder{recorder: recorder{name: "b"}}
 	run(t, s, "r1", outbox.Target{Sink: a}, outbox.Target{Sink: b})
 	waitFor(t, "every event at both sinks", func() bool { return len(a.events()) == 13 && len(b.events()) == 13 })
 	checkSeqs(t, a.events(), want)
 	checkSeqs(t, b.events(), want)
+	if n := b.batches.Load(); n >= 13 {
+		t.Errorf("the batch sink took 13 events in %d calls; want fewer (a SKU's events together)", n)
+	}
 	byType := map[string]int{}
 	for _, e := range a.events() {
 		byType[e.Type]++
@@ -425,4 +447,27 @@ func TestFeedStampsWhenRead(t *testing.T) {
 		t.Fatalf("the feed has %d events, want 13", len(got))
 	}
 	checkSeqs(t, got, want)
+}
+
+// A batch refused part way: what went before the refused event is marked
+// and not sent again; the refused one and those after it are sent again
+// after the backoff, in order.
+func TestBatchRefusedPartWay(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	want := sale(t, s)
+	var refused atomic.Bool
+	b := &batchRecorder{recorder: recorder{name: "b", fail: func(e events.Event) error {
+		if e.SKU == "A" && e.Seq == 4 && refused.CompareAndSwap(false, true) {
+			return errors.New("refused once")
+		}
+		return nil
+	}}}
+	run(t, s, "r1", outbox.Target{Sink: b})
+	waitFor(t, "every event at the sink", func() bool { return len(b.events()) == 13 })
+	time.Sleep(100 * time.Millisecond)
+	checkSeqs(t, b.events(), want)
+	if !refused.Load() {
+		t.Error("the refusal never happened")
+	}
 }

@@ -25,6 +25,18 @@ type Sink interface {
 	Send(ctx context.Context, e events.Event, body []byte) error
 }
 
+// BatchSink is a Sink that takes several events of one SKU at once, in
+// order (NATS: published together, their acks awaited together), instead
+// of one round trip each.
+type BatchSink interface {
+	Sink
+	// SendBatch delivers evs in order (bodies[i] the JSON of evs[i]) and
+	// returns how many, from the first, were delivered: all of them, or
+	// those before the first that was not, with that one's error. No event
+	// after an undelivered one may have been delivered.
+	SendBatch(ctx context.Context, evs []events.Event, bodies [][]byte) (int, error)
+}
+
 // Cursor is how far a sink got with a SKU: Seq is the last event
 // delivered or failed for good; the rest describe failed attempts at the
 // next one (zero when none failed).

@@ -72,7 +72,9 @@ func Open(cfg Config, log *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsink: connect: %w", err)
 	}
-	js, err := jetstream.New(nc)
+	// An async publish's ack that never comes is given up on, so the
+	// pending acks cannot grow without bound (SendBatch waits less).
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("natsink: jetstream: %w", err)
@@ -166,12 +168,79 @@ func (s *Sink) send(ctx context.Context, subject, id string, body []byte) error 
 	return err
 }
 
-func (s *Sink) publish(ctx context.Context, subject, id string, body []byte) error {
+// SendBatch publishes evs (bodies[i] the JSON of evs[i]) in order and
+// returns how many, from the first, JetStream acknowledged
+// (outbox.BatchSink). The first is published alone and its ack awaited, as
+// Send does; the rest then go at once and their acks are awaited together.
+// So the rest go only to a stream that has just stored their predecessor,
+// with no retry of its own by the client (which would store a message
+// after those behind it), and none is published once the connection has
+// reconnected since the first (what went on the lost one may have been
+// stored only up to a point): a message is never stored after a later one
+// that was not.
+func (s *Sink) SendBatch(ctx context.Context, evs []events.Event, bodies [][]byte) (int, error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	reconnects := s.nc.Stats().Reconnects
+	if err := s.Send(ctx, evs[0], bodies[0]); err != nil {
+		return 0, err
+	}
+	acks := make([]jetstream.PubAckFuture, 0, len(evs)-1)
+	var stopped error
+	for i, e := range evs[1:] {
+		subject, err := subjectOf(e.Type)
+		if err == nil && s.nc.Stats().Reconnects != reconnects {
+			err = ErrNotConnected
+		}
+		if err == nil {
+			var ack jetstream.PubAckFuture
+			if ack, err = s.js.PublishMsgAsync(message(subject, e.ID, bodies[i+1]), jetstream.WithRetryAttempts(0)); err == nil {
+				acks = append(acks, ack)
+				continue
+			}
+		}
+		stopped = err
+		break
+	}
+	for i, ack := range acks {
+		select {
+		case <-ack.Ok():
+		case err := <-ack.Err():
+			return 1 + i, s.batchErr(evs[1+i], err)
+		case <-ctx.Done():
+			return 1 + i, s.batchErr(evs[1+i], ctx.Err())
+		}
+	}
+	if stopped != nil {
+		return 1 + len(acks), s.batchErr(evs[1+len(acks)], stopped)
+	}
+	return len(evs), nil
+}
+
+// batchErr is SendBatch's error for e.
+func (s *Sink) batchErr(e events.Event, err error) error {
+	if streamMissing(err) {
+		s.stream.Store(false)
+	}
+	if errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionClosed) {
+		err = ErrNotConnected
+	}
+	return fmt.Errorf("natsink: send %s %s: %w", e.Type, e.ID, err)
+}
+
+// message is an event's message: its JSON body on subject, its id in the
+// headers.
+func message(subject, id string, body []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Header.Set(jetstream.MsgIDHeader, id)
 	m.Header.Set(EventIDHeader, id)
 	m.Data = body
-	_, err := s.js.PublishMsg(ctx, m)
+	return m
+}
+
+func (s *Sink) publish(ctx context.Context, subject, id string, body []byte) error {
+	_, err := s.js.PublishMsg(ctx, message(subject, id, body))
 	if errors.Is(err, nats.ErrReconnectBufExceeded) {
 		return ErrNotConnected // the connection dropped since the check
 	}

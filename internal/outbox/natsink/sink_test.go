@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -407,4 +408,113 @@ func TestSendNamesAStreamThatTakesNoEventSubject(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does stream STOCK list stock.events.>") {
 		t.Errorf("Send to a stream without stock.events.> = %v; want an error naming the stream", err)
 	}
+}
+
+// sendAll sends evs through SendBatch in batches of 100 as the relay does:
+// on an error it waits briefly and sends again from the first event not
+// acknowledged. sent counts the acknowledged ones.
+func sendAll(t *testing.T, s *natsink.Sink, evs []events.Event, sent *atomic.Int64) {
+	t.Helper()
+	bodies := make([][]byte, len(evs))
+	for i, e := range evs {
+		bodies[i] = body(t, e)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < len(evs); {
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d events acknowledged after 30s", i, len(evs))
+			return
+		}
+		end := min(i+100, len(evs))
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		n, err := s.SendBatch(ctx, evs[i:end], bodies[i:end])
+		cancel()
+		if n < 0 || n > end-i || (err == nil) != (n == end-i) {
+			t.Errorf("SendBatch of %d = %d, %v; want all and nil, or fewer and an error", end-i, n, err)
+			return
+		}
+		i += n
+		sent.Store(int64(i))
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// inOrder fails unless the stream holds, per SKU, seq 1..want[sku], each
+// id first seen in seq order (a redelivered id, with the same seq, is
+// dropped as a consumer would).
+func inOrder(t *testing.T, msgs []*jetstream.RawStreamMsg, want map[string]int64) {
+	t.Helper()
+	seen := map[string]bool{}
+	next := map[string]int64{}
+	for _, m := range msgs {
+		var e events.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatalf("message %d: %v", m.Sequence, err)
+		}
+		if seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		if w := next[e.SKU] + 1; e.Seq != w {
+			t.Fatalf("message %d: %s seq %d; want %d", m.Sequence, e.SKU, e.Seq, w)
+		}
+		next[e.SKU] = e.Seq
+	}
+	for sku, n := range want {
+		if next[sku] != n {
+			t.Errorf("%s: stored up to seq %d; want %d", sku, next[sku], n)
+		}
+	}
+}
+
+func skuEvents(sku string, n int) []events.Event {
+	evs := make([]events.Event, n)
+	for i := range evs {
+		evs[i] = event(fmt.Sprintf("%s-%d", sku, i+1), events.OrderPlaced, sku, int64(i+1))
+	}
+	return evs
+}
+
+func TestSendBatchStoresEachSKUInOrder(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartNATS(t)
+	s, _ := sinkOn(t, srv.URL())
+	want := map[string]int64{"sku-a": 500, "sku-b": 500, "sku-c": 500}
+	var wg sync.WaitGroup
+	for sku, n := range want {
+		wg.Go(func() { sendAll(t, s, skuEvents(sku, int(n)), new(atomic.Int64)) })
+	}
+	wg.Wait()
+	msgs := stored(t, jsOn(t, srv), "STOCK")
+	if len(msgs) != 1500 {
+		t.Errorf("stored %d messages; want 1500, each once", len(msgs))
+	}
+	inOrder(t, msgs, want)
+}
+
+// The server stopped while batches are in flight and started again: every
+// event is stored, and after dedupe by id each SKU's are in seq order (no
+// event stored after a later one of its SKU).
+func TestSendBatchKeepsOrderAcrossARestart(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartNATS(t)
+	s, _ := sinkOn(t, srv.URL())
+	const n = 3000
+	var sent atomic.Int64
+	done := make(chan struct{})
+	go func() { defer close(done); sendAll(t, s, skuEvents("sku-r", n), &sent) }()
+	for sent.Load() < 300 {
+		select {
+		case <-done:
+			t.Fatal("the sends ended before the server was stopped")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	srv.Stop()
+	time.Sleep(500 * time.Millisecond)
+	srv.Start()
+	<-done
+	inOrder(t, stored(t, jsOn(t, srv), "STOCK"), map[string]int64{"sku-r": n})
 }
