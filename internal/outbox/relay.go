@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -280,7 +279,7 @@ func (r *Relay) sendSome(ctx context.Context, t Target, evs []events.Event) (int
 	}
 	bodies := make([][]byte, len(evs))
 	for i, e := range evs {
-		body, err := json.Marshal(e)
+		body, err := e.MarshalJSON() // compact already: json.Marshal would check and copy it again
 		if err != nil {
 			return 0, err
 		}
