@@ -9,6 +9,7 @@ import (
 )
 
 func main() {
+	tuneGC(os.LookupEnv)
 	if err := run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "stock:", err)
 		os.Exit(1)
