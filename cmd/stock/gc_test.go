@@ -1,23 +1,21 @@
 package main
 
 import (
-	"math"
 	"runtime/debug"
 	"testing"
 )
 
-// tuneGC sets the collector's defaults only where GOGC and GOMEMLIMIT are
-// not set.
+// tuneGC sets the collector's default only where GOGC is not set.
 func TestTuneGC(t *testing.T) {
-	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
-	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
+	percent := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(percent) })
 
 	tuneGC(func(string) (string, bool) { return "", false })
-	if p, l := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64); p != defaultGCPercent || l != defaultMemoryLimit {
-		t.Errorf("unset: GC percent %d, memory limit %d; want %d and %d", p, l, defaultGCPercent, defaultMemoryLimit)
+	if p := debug.SetGCPercent(100); p != defaultGCPercent {
+		t.Errorf("GOGC unset: GC percent %d; want %d", p, defaultGCPercent)
 	}
 	tuneGC(func(string) (string, bool) { return "200", true })
-	if p, l := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64); p != 100 || l != math.MaxInt64 {
-		t.Errorf("set in the environment: GC percent %d, memory limit %d; want them left at 100 and no limit", p, l)
+	if p := debug.SetGCPercent(100); p != 100 {
+		t.Errorf("GOGC set in the environment: GC percent %d; want it left at 100", p)
 	}
 }
