@@ -73,9 +73,9 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	}
 	if s.soldOut.known(sku) {
 		// Sold out while these waited: they, and every order queued behind
-		// them, leave for the fast path's shared reads (no lock, no
+		// them, are answered from reads of their keys (no lock, no
 		// transaction each).
-		answerAll(append(batch, s.queues.More(sku, s.cfg.QueueMax)...), errQueuedPastSoldOut)
+		s.drainSoldOut(sku, append(batch, s.queues.More(sku, s.cfg.QueueMax)...))
 		return
 	}
 	if s.redis.skip() {
@@ -111,6 +111,44 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	batch = s.joinLate(sku, batch, span)
 	s.metrics.Batch(len(batch)) // the orders this hold serves (replays answered before it left out)
 	failed = s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
+}
+
+// drainReadMax bounds the keys one read of drainSoldOut takes.
+const drainReadMax = 1000
+
+// drainSoldOut answers calls of a SKU on the sold-out fast path from
+// reads of the stock row and their keys, drainReadMax keys a read, each
+// read begun after every call it answers arrived: a key with an order gets
+// ErrDuplicateKey (Place answers its order), one without is sold out as of
+// the read. Stock found again (a restock) sends a call back to Place's
+// fast path (errQueuedPastSoldOut), where a restock is handled.
+func (s *Service) drainSoldOut(sku string, calls []*call) {
+	for len(calls) > 0 {
+		part := calls[:min(len(calls), drainReadMax)]
+		calls = calls[len(part):]
+		keys := make([]BuyerKey, len(part))
+		for i, c := range part {
+			keys[i] = BuyerKey{Buyer: c.Item.Buyer, Key: c.Item.Key}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+		st, prev, err := s.store.PrecheckKeys(ctx, sku, keys)
+		cancel()
+		if err == nil {
+			s.seqs.learn(sku, st.RestockSeq)
+		}
+		for i, c := range part {
+			switch {
+			case err != nil:
+				c.Answer(Order{}, err)
+			case prev[i] != nil:
+				c.Answer(Order{}, ErrDuplicateKey)
+			case st.Available < int64(c.Item.Quantity):
+				c.Answer(Order{}, errSoldOutKeyRead)
+			default:
+				c.Answer(Order{}, errQueuedPastSoldOut)
+			}
+		}
+	}
 }
 
 // unlocked is the Hold of a batch placed without the lock (the counter's

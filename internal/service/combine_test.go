@@ -432,9 +432,9 @@ func (u *unit) replayQueue(t *testing.T, qs ...int) (service.Order, []service.Pl
 
 // Orders still queued when their SKU sells out take no turn of the lock:
 // the batch that sold the last unit puts the SKU on the sold-out fast path,
-// and the next batch sends its orders, and every order queued behind them,
-// to that path's shared reads. Each is answered as a new order there would
-// be: sold out, or its order back when its key placed one.
+// and the next batch answers its orders, and every order queued behind
+// them, from a read of their keys. Each is answered as a new order on the
+// fast path would be: sold out, or its order back when its key placed one.
 func TestQueuedOrdersLeaveForTheSoldOutPath(t *testing.T) {
 	t.Parallel()
 	u, g := newQueueUnit(t, service.Config{BatchMax: 4, SoldOutTTL: time.Hour})
