@@ -60,6 +60,8 @@ type wrkResult struct {
 	machine          driver.Machine
 	healthz, orders  wrkRun   // the rounds' together
 	hRounds, oRounds []wrkRun // each round's
+	soldOut          wrkRun   // the sold-out flood's rounds together
+	sRounds          []wrkRun // each round's
 	instances, conns int
 	duration         time.Duration // of each kind, all rounds together
 	dbOrders         int64         // orders in MySQL after the run
@@ -156,6 +158,9 @@ func measureWrk(ctx context.Context, o options, runID, token string) (wrkResult,
 	if err := putStock(ctx, urls[0], token, sku, 100_000_000); err != nil {
 		return res, err
 	}
+	if err := putStock(ctx, urls[0], token, soldOutSKU(sku), 0); err != nil {
+		return res, err
+	}
 	dir, err := os.MkdirTemp("", "stock-wrk-")
 	if err != nil {
 		return res, err
@@ -237,10 +242,36 @@ func runWrkRounds(ctx context.Context, o options, res *wrkResult, urls []string,
 		if err != nil {
 			return err
 		}
-		res.hRounds, res.oRounds = append(res.hRounds, h), append(res.oRounds, m)
+		so, err := runWrk(ctx, "POST /v1/orders (a sold-out SKU: 409s)", urls, "/", per, d,
+			soldOutEnv(env(fmt.Sprintf("s%d", i)), sku), []string{"-s", files.orders})
+		if err != nil {
+			return err
+		}
+		res.hRounds, res.oRounds, res.sRounds = append(res.hRounds, h), append(res.oRounds, m), append(res.sRounds, so)
 	}
-	res.healthz, res.orders = mergeRuns(res.hRounds), mergeRuns(res.oRounds)
+	res.healthz, res.orders, res.soldOut = mergeRuns(res.hRounds), mergeRuns(res.oRounds), mergeRuns(res.sRounds)
 	return nil
+}
+
+// soldOutSKU is the sold-out flood's SKU beside the hot SKU sku: stocked
+// with no units.
+func soldOutSKU(sku string) string { return sku + "-soldout" }
+
+// soldOutEnv is env with WRK_SKU naming the sold-out SKU of sku.
+func soldOutEnv(env func(i int) []string, sku string) func(i int) []string {
+	return func(i int) []string { return append(env(i), "WRK_SKU="+soldOutSKU(sku)) }
+}
+
+// refused is a run's 409s per second, as placed counts 201s.
+func (r wrkRun) refused() float64 {
+	var all int64
+	for _, n := range r.statuses {
+		all += n
+	}
+	if all == 0 {
+		return 0
+	}
+	return r.perSec * float64(r.statuses[http.StatusConflict]) / float64(all)
 }
 
 // settledOrders is the SKU's order count in MySQL once it has stopped
@@ -380,7 +411,7 @@ func (r wrkRun) placed() float64 {
 
 // hasRounds reports whether the result has each round's runs to show.
 func (r wrkResult) hasRounds() bool {
-	return len(r.oRounds) > 1 && len(r.hRounds) == len(r.oRounds)
+	return len(r.oRounds) > 1 && len(r.hRounds) == len(r.oRounds) && (len(r.sRounds) == 0 || len(r.sRounds) == len(r.oRounds))
 }
 
 var (
@@ -486,13 +517,20 @@ func (r wrkResult) goals() (lines []string, passed bool) {
 	consistent, oversold, sold := r.audit.Consistent, r.audit.Oversold, r.audit.Sold
 	// wrk stops once after the warm-up and once after each round of orders.
 	inFlight := int64(r.conns) * int64(1+max(1, len(r.oRounds)))
-	passed = consistent && oversold == 0 && created > 0 && created <= r.dbOrders && r.dbOrders <= created+inFlight && sold == r.dbOrders
+	refusals, notRefused := r.soldOut.statuses[http.StatusConflict], int64(0)
+	for c, n := range r.soldOut.statuses {
+		if c != http.StatusConflict {
+			notRefused += n
+		}
+	}
+	flooded := len(r.sRounds) == 0 || refusals > 0 && notRefused == 0
+	passed = consistent && oversold == 0 && created > 0 && created <= r.dbOrders && r.dbOrders <= created+inFlight && sold == r.dbOrders && flooded
 	verdict := "PASS"
 	if !passed {
 		verdict = "FAIL"
 	}
-	lines = append(lines, fmt.Sprintf("%s: %d answers 201 (warm-up included) and %d other; MySQL holds %d orders of the SKU (201s <= orders <= 201s + %d: the connections in flight at each of wrk's stops), sold %d, audit consistent %v, oversold %d.",
-		verdict, created, others, r.dbOrders, inFlight, sold, consistent, oversold))
+	lines = append(lines, fmt.Sprintf("%s: %d answers 201 (warm-up included) and %d other; MySQL holds %d orders of the SKU (201s <= orders <= 201s + %d: the connections in flight at each of wrk's stops), sold %d, audit consistent %v, oversold %d; the sold-out SKU answered %d 409s and %d other.",
+		verdict, created, others, r.dbOrders, inFlight, sold, consistent, oversold, refusals, notRefused))
 	met := func(ok bool) string {
 		if ok {
 			return "MET"
@@ -521,7 +559,11 @@ func (r wrkResult) goals() (lines []string, passed bool) {
 		if len(ords) > 1 {
 			rounds = " (round by round: " + strings.Join(each, ", ") + ")"
 		}
-		lines = append(lines, fmt.Sprintf("goal lock+version >= 0.2x the /healthz rate (both by wrk): %.0f orders placed/s vs %.0f/s = %.3fx%s, %s.", placed, h, ratio, rounds, met(ratio >= 0.2)))
+		lines = append(lines, fmt.Sprintf("goal lock+version >= 0.3x the /healthz rate (both by wrk): %.0f orders placed/s vs %.0f/s = %.3fx%s, %s.", placed, h, ratio, rounds, met(ratio >= 0.3)))
+		if len(r.sRounds) > 0 {
+			so := r.soldOut.refused()
+			lines = append(lines, fmt.Sprintf("goal sold-out 409s >= 0.5x the /healthz rate (both by wrk): %.0f/s vs %.0f/s = %.3fx, %s.", so, h, so/h, met(so/h >= 0.5)))
+		}
 	}
 	lines = append(lines, fmt.Sprintf("goal p99 < 50 ms at %d connections: %.1f ms over all the rounds' orders (the %d wrk processes' latency histograms merged; the largest p99 of one process in one round: %.1f ms; /healthz's p99: %.1f ms), %s.",
 		r.conns, r.orders.pct(99), r.instances, r.orders.worstP99, r.healthz.pct(99), met(r.orders.pct(99) < 50)))
@@ -543,7 +585,7 @@ func runWrkPhase(ctx context.Context, o options, runID, token string, stdout io.
 		return err
 	}
 	_, _ = fmt.Fprintf(stdout, "\nwrk: %d instances (lock+version), %d connections, %v per kind in %d rounds\n", r.instances, r.conns, r.duration, len(r.oRounds))
-	for _, run := range []wrkRun{r.healthz, r.orders} {
+	for _, run := range []wrkRun{r.healthz, r.orders, r.soldOut} {
 		_, _ = fmt.Fprintf(stdout, "  %-45s %7.0f/s  p50 %6.1f ms  p99 %6.1f ms (one wrk's worst %6.1f ms)  %v %s\n", run.name, run.perSec, run.pct(50), run.pct(99), run.worstP99, run.statuses, run.errors)
 	}
 	lines, passed := r.goals()
@@ -567,24 +609,30 @@ func writeWrkDoc(ctx context.Context, path, target string, r wrkResult) error {
 	var b bytes.Buffer
 	b.WriteString(report.Header("lock+version measured with wrk", target, report.Commit(ctx), time.Now(), r.machine))
 	n := len(r.oRounds)
-	fmt.Fprintf(&b, "%d `stock serve` instances (lock+version, no rate limit), one `wrk -t1 -c%d` per instance (%d connections in all), on this box beside the instances, MySQL and Redis. "+
-		"%v of each kind in %d rounds of %v, the kinds alternated (`/healthz`, orders, `/healthz`, ...) so a drift in the machine's load falls on both. "+
-		"Orders: one hot SKU that does not sell out, a fresh Idempotency-Key per request, %d buyers' tokens in turn. "+
+	fmt.Fprintf(&b, "%d `stock serve` instances (lock+version, no rate limit, every other setting at its default: the outbox's relay on, no sinks), one `wrk -t1 -c%d` per instance (%d connections in all), on this box beside the instances, MySQL and Redis. "+
+		"%v of each kind in %d rounds of %v, the kinds alternated (`/healthz`, orders, the sold-out flood, `/healthz`, ...) so a drift in the machine's load falls on all. "+
+		"Orders: one hot SKU that does not sell out, a fresh Idempotency-Key per request, %d buyers' tokens in turn; the sold-out flood: the same requests for a SKU stocked with no units, each answered 409. "+
 		"Before the first round, 2s of orders warm the instances up. Rates are summed over the wrk processes (a kind's overall rate: the mean of its rounds'); p50 and p99 are of all the requests of the row (the processes' latency histograms, printed by the scripts, merged); the last column is the largest p99 a single wrk process had.\n\n",
 		r.instances, max(1, r.conns/r.instances), r.conns, r.duration, n, r.duration/time.Duration(max(1, n)), ceilingBuyers)
 	b.WriteString("| request | req/s | p50 ms | p99 ms | statuses | errors | one wrk's worst p99 ms |\n|---|--:|--:|--:|---|---|--:|\n")
 	var runs []wrkRun
 	if r.hasRounds() {
 		for i := range n {
-			h, o := r.hRounds[i], r.oRounds[i]
-			h.name, o.name = fmt.Sprintf("round %d: %s", i+1, h.name), fmt.Sprintf("round %d: %s", i+1, o.name)
-			runs = append(runs, h, o)
+			round := []wrkRun{r.hRounds[i], r.oRounds[i]}
+			if len(r.sRounds) > 0 {
+				round = append(round, r.sRounds[i])
+			}
+			for _, run := range round {
+				run.name = fmt.Sprintf("round %d: %s", i+1, run.name)
+				runs = append(runs, run)
+			}
 		}
-		h, o := r.healthz, r.orders
-		h.name, o.name = "**all rounds**: "+h.name, "**all rounds**: "+o.name
-		runs = append(runs, h, o)
+		for _, run := range []wrkRun{r.healthz, r.orders, r.soldOut} {
+			run.name = "**all rounds**: " + run.name
+			runs = append(runs, run)
+		}
 	} else {
-		runs = []wrkRun{r.healthz, r.orders}
+		runs = []wrkRun{r.healthz, r.orders, r.soldOut}
 	}
 	for _, run := range runs {
 		var st []string

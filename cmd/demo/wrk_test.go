@@ -87,20 +87,26 @@ func timed(r wrkRun, h map[int64]int64) wrkRun {
 }
 
 // The sale's check fails on an oversell, an inconsistent audit, a 201 that
-// MySQL does not hold, or more orders than 201s and those in flight.
+// MySQL does not hold, more orders than 201s and those in flight, or a
+// sold-out flood answered anything but 409.
 func TestWrkGoals(t *testing.T) {
 	good := func() wrkResult {
+		soldOut := timed(wrkRun{perSec: 150, statuses: map[int]int64{409: 150}}, map[int64]int64{10000: 1})
 		return wrkResult{
 			instances: 3, conns: 10, duration: time.Second,
-			healthz: timed(wrkRun{perSec: 400}, map[int64]int64{20000: 1}),
+			healthz: timed(wrkRun{perSec: 250}, map[int64]int64{20000: 1}),
 			// wrk's rate counts every answer; the goal counts 201s only
 			orders:     timed(wrkRun{perSec: 900, statuses: map[int]int64{201: 100, 429: 800}}, map[int64]int64{40000: 1}),
+			soldOut:    soldOut,
+			sRounds:    []wrkRun{soldOut},
 			warmOrders: 20, dbOrders: 125,
 			audit: client.Audit{Consistent: true, Sold: 125},
 		}
 	}
 	lines, ok := good().goals()
-	if !ok || !strings.HasPrefix(lines[0], "PASS") || !strings.Contains(strings.Join(lines, "\n"), "0.250x, MET") {
+	all := strings.Join(lines, "\n")
+	if !ok || !strings.HasPrefix(lines[0], "PASS") || !strings.Contains(all, "100 orders placed/s vs 250/s = 0.400x, MET") ||
+		!strings.Contains(all, "sold-out 409s >= 0.5x the /healthz rate (both by wrk): 150/s vs 250/s = 0.600x, MET") {
 		t.Fatalf("a good run: %v, %q", ok, lines)
 	}
 	for name, spoil := range map[string]func(r *wrkResult){
@@ -110,6 +116,8 @@ func TestWrkGoals(t *testing.T) {
 		"orders beyond flight": func(r *wrkResult) { r.dbOrders, r.audit.Sold = 141, 141 },
 		"sold != orders":       func(r *wrkResult) { r.audit.Sold = 124 },
 		"no 201 at all":        func(r *wrkResult) { r.orders.statuses, r.warmOrders, r.dbOrders, r.audit.Sold = nil, 0, 0, 0 },
+		"a sold-out 201":       func(r *wrkResult) { r.soldOut.statuses[201] = 1 },
+		"no sold-out 409":      func(r *wrkResult) { r.soldOut.statuses = map[int]int64{503: 150} },
 	} {
 		r := good()
 		spoil(&r)
@@ -154,7 +162,7 @@ func TestWrkRounds(t *testing.T) {
 	// Placed: 60/s and 140/s (150/s answered, 140 of 150 of them 201s), a
 	// mean of 100/s against 400/s; round by round 60/300 and 140/500.
 	lines, ok := r.goals()
-	if all := strings.Join(lines, "\n"); !ok || !strings.Contains(all, "100 orders placed/s vs 400/s = 0.250x (round by round: 0.200x, 0.280x), MET") ||
+	if all := strings.Join(lines, "\n"); !ok || !strings.Contains(all, "100 orders placed/s vs 400/s = 0.250x (round by round: 0.200x, 0.280x), NOT MET") ||
 		!strings.Contains(all, "p99 < 50 ms at 10 connections: 40.0 ms over all the rounds' orders") ||
 		!strings.Contains(all, "the largest p99 of one process in one round: 80.0 ms; /healthz's p99: 7.0 ms), MET") {
 		t.Fatalf("goals: %v, %q", ok, lines)
