@@ -47,8 +47,12 @@ func TestParseWrk(t *testing.T) {
 	if want := map[int]int64{201: 16501, 409: 7}; !maps.Equal(r.statuses, want) {
 		t.Fatalf("statuses %v; want %v", r.statuses, want)
 	}
-	if !strings.Contains(r.errors, "timeout 3") || !strings.Contains(r.errors, "non-2xx: 7") {
-		t.Fatalf("errors %q; want the socket errors and the non-2xx count", r.errors)
+	if r.errors != "Socket errors: connect 0, read 0, write 0, timeout 3" {
+		t.Fatalf("errors %q; want the socket errors only (the 409s are among the statuses)", r.errors)
+	}
+	statusless := strings.Replace(wrkSample, "STATUSES", "STATE", 1) // a /healthz run's output
+	if r, err := parseWrk([]byte(statusless)); err != nil || !strings.Contains(r.errors, "non-2xx: 7") {
+		t.Fatalf("a run without statuses: errors %q, %v; want wrk's non-2xx count among them", r.errors, err)
 	}
 	if r.worstP99 != r.pct(99) || len(r.latency) != 4 || r.latency[52120] != 9 {
 		t.Fatalf("worst p99 %v, histogram %v; want the p99 and the LATENCY line's 4 values", r.worstP99, r.latency)
