@@ -148,10 +148,14 @@ var profileShares = []struct{ name, focus string }{
 	{"Redis client (lock, rate limit)", `redis/go-redis`},
 	{"HTTP server and gin (all of a request's handling)", `^net/http\.|gin-gonic`},
 	{"the order path (internal/service)", `stock/internal/service\.`},
+	{"the combiner's queues (internal/combine)", `stock/internal/combine\.`},
 	{"the lock (internal/lock)", `stock/internal/lock\.`},
+	{"the outbox's relay (internal/outbox)", `stock/internal/outbox`},
 	{"JWT verification", `golang-jwt`},
 	{"JSON", `^encoding/json\.`},
 	{"logging (slog)", `^log/slog\.`},
+	{"metrics (Prometheus client)", `prometheus/client_golang`},
+	{"tracing (OpenTelemetry)", `go\.opentelemetry\.io/`},
 	{"garbage collection", `^runtime\.gcBgMarkWorker|^runtime\.gcAssist|^runtime\.markroot`},
 }
 
