@@ -263,16 +263,7 @@ func soldOutEnv(env func(i int) []string, sku string) func(i int) []string {
 }
 
 // refused is a run's 409s per second, as placed counts 201s.
-func (r wrkRun) refused() float64 {
-	var all int64
-	for _, n := range r.statuses {
-		all += n
-	}
-	if all == 0 {
-		return 0
-	}
-	return r.perSec * float64(r.statuses[http.StatusConflict]) / float64(all)
-}
+func (r wrkRun) refused() float64 { return r.rateOf(http.StatusConflict) }
 
 // settledOrders is the SKU's order count in MySQL once it has stopped
 // moving (orders wrk stopped waiting for are still being placed), or after
@@ -398,7 +389,11 @@ func joinErrors(s, e string) string {
 // placed is a run's orders placed per second: wrk's rate of answers (over
 // its own measured time) times the share of them that were 201s, not
 // every answer (a fast 429 or 503 would count there).
-func (r wrkRun) placed() float64 {
+func (r wrkRun) placed() float64 { return r.rateOf(http.StatusCreated) }
+
+// rateOf is a run's answers of status per second: wrk's rate of answers
+// times their share.
+func (r wrkRun) rateOf(status int) float64 {
 	var all int64
 	for _, n := range r.statuses {
 		all += n
@@ -406,7 +401,7 @@ func (r wrkRun) placed() float64 {
 	if all == 0 {
 		return 0
 	}
-	return r.perSec * float64(r.statuses[http.StatusCreated]) / float64(all)
+	return r.perSec * float64(r.statuses[status]) / float64(all)
 }
 
 // hasRounds reports whether the result has each round's runs to show.

@@ -312,44 +312,36 @@ func TestOpenWhileTheServerIsDown(t *testing.T) {
 	sendEventually(t, s, e)
 }
 
+// Three SKUs' events sent at once, one at a time (Send) or in batches
+// (SendBatch): each stored once, each SKU's in seq order.
 func TestOneSKUsEventsAreStoredInOrder(t *testing.T) {
 	t.Parallel()
-	srv := testserver.StartNATS(t)
-	s, _ := sinkOn(t, srv.URL())
-	const n = 100
-	skus := []string{"sku-a", "sku-b", "sku-c"}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, sku := range skus {
-		wg.Go(func() {
-			<-start
-			for seq := int64(1); seq <= n; seq++ {
-				e := event(fmt.Sprintf("%s-%d", sku, seq), events.OrderPlaced, sku, seq)
-				if err := s.Send(t.Context(), e, body(t, e)); err != nil {
-					t.Errorf("Send(%s) = %v; want nil", e.ID, err)
-					return
-				}
+	one := func(t *testing.T, s *natsink.Sink, evs []events.Event) {
+		for _, e := range evs {
+			if err := s.Send(t.Context(), e, body(t, e)); err != nil {
+				t.Errorf("Send(%s) = %v; want nil", e.ID, err)
+				return
 			}
+		}
+	}
+	batched := func(t *testing.T, s *natsink.Sink, evs []events.Event) { sendAll(t, s, evs, new(atomic.Int64)) }
+	for name, send := range map[string]func(*testing.T, *natsink.Sink, []events.Event){"Send": one, "SendBatch": batched} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := testserver.StartNATS(t)
+			s, _ := sinkOn(t, srv.URL())
+			want := map[string]int64{"sku-a": 300, "sku-b": 300, "sku-c": 300}
+			var wg sync.WaitGroup
+			for sku, n := range want {
+				wg.Go(func() { send(t, s, skuEvents(sku, int(n))) })
+			}
+			wg.Wait()
+			msgs := stored(t, jsOn(t, srv), "STOCK")
+			if len(msgs) != 900 {
+				t.Errorf("stored %d messages; want 900, each once", len(msgs))
+			}
+			inOrder(t, msgs, want)
 		})
-	}
-	close(start)
-	wg.Wait()
-
-	next := map[string]int64{}
-	for _, m := range stored(t, jsOn(t, srv), "STOCK") {
-		var e events.Event
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			t.Fatalf("message %d: %v", m.Sequence, err)
-		}
-		if want := next[e.SKU] + 1; e.Seq != want {
-			t.Fatalf("message %d: %s seq %d; want %d", m.Sequence, e.SKU, e.Seq, want)
-		}
-		next[e.SKU] = e.Seq
-	}
-	for _, sku := range skus {
-		if next[sku] != n {
-			t.Errorf("%s: stored up to seq %d; want %d", sku, next[sku], n)
-		}
 	}
 }
 
@@ -475,23 +467,6 @@ func skuEvents(sku string, n int) []events.Event {
 		evs[i] = event(fmt.Sprintf("%s-%d", sku, i+1), events.OrderPlaced, sku, int64(i+1))
 	}
 	return evs
-}
-
-func TestSendBatchStoresEachSKUInOrder(t *testing.T) {
-	t.Parallel()
-	srv := testserver.StartNATS(t)
-	s, _ := sinkOn(t, srv.URL())
-	want := map[string]int64{"sku-a": 500, "sku-b": 500, "sku-c": 500}
-	var wg sync.WaitGroup
-	for sku, n := range want {
-		wg.Go(func() { sendAll(t, s, skuEvents(sku, int(n)), new(atomic.Int64)) })
-	}
-	wg.Wait()
-	msgs := stored(t, jsOn(t, srv), "STOCK")
-	if len(msgs) != 1500 {
-		t.Errorf("stored %d messages; want 1500, each once", len(msgs))
-	}
-	inOrder(t, msgs, want)
 }
 
 // The server stopped while batches are in flight and started again: every
