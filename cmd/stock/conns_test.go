@@ -142,10 +142,12 @@ func TestConnectionCapKeepsNewConnections(t *testing.T) {
 			t.Fatalf("%s connection at the cap: %v; want it answered", name, err)
 		}
 		_ = resp.Body.Close()
-		// The first answer, given at the cap, closes its connection; that
-		// brings the count to half the cap, where keep-alive is back.
-		if resp.StatusCode != http.StatusOK || resp.Close != (i == 0) {
-			t.Errorf("%s connection: %d, Connection: close %v; want 200, close %v", name, resp.StatusCode, resp.Close, i == 0)
+		// The first answer, given at the cap, closes its connection. The
+		// second is answered too; whether with keep-alive again depends on
+		// whether the server's goroutine of the first has counted its close
+		// yet, a race this test does not decide.
+		if resp.StatusCode != http.StatusOK || i == 0 && !resp.Close {
+			t.Errorf("%s connection: %d, Connection: close %v; want 200 (and close on the first, at the cap)", name, resp.StatusCode, resp.Close)
 		}
 	}
 }
@@ -243,3 +245,48 @@ func TestClientKey(t *testing.T) {
 		t.Errorf("clientKey(a unix socket) = %v, true; want no key", k)
 	}
 }
+
+// connCap's states, without a server: at the cap keep-alive is off and the
+// idle connections are closed; one that turns idle while full is closed;
+// from half the cap down keep-alive is back.
+func TestConnCapStates(t *testing.T) {
+	cp := &connCap{limit: 4}
+	fakes := make([]*closeRecorder, 4)
+	conns := make([]net.Conn, 4)
+	for i := range conns {
+		fakes[i] = &closeRecorder{}
+		conns[i] = fakes[i]
+	}
+	isClosed := func(i int) bool { return fakes[i].closed.Load() }
+	for i := range 3 {
+		cp.changed(conns[i], http.StateNew)
+	}
+	cp.changed(conns[0], http.StateIdle)
+	if cp.full.Load() || isClosed(0) {
+		t.Fatalf("under the cap: full %v, idle connection closed %v; want neither", cp.full.Load(), isClosed(0))
+	}
+	cp.changed(conns[3], http.StateNew) // the cap
+	if !cp.full.Load() || !isClosed(0) {
+		t.Fatalf("at the cap: full %v, idle connection closed %v; want both", cp.full.Load(), isClosed(0))
+	}
+	cp.changed(conns[1], http.StateIdle) // idle while full: closed at once
+	if !isClosed(1) {
+		t.Fatal("a connection turning idle while full was not closed")
+	}
+	cp.changed(conns[0], http.StateClosed)
+	if !cp.full.Load() {
+		t.Fatal("3 of 4 open: keep-alive back above half the cap")
+	}
+	cp.changed(conns[1], http.StateClosed)
+	if cp.full.Load() || isClosed(2) {
+		t.Fatalf("2 of 4 open: full %v, a busy connection closed %v; want keep-alive back, nothing else closed", cp.full.Load(), isClosed(2))
+	}
+}
+
+// closeRecorder is a net.Conn that only records its Close.
+type closeRecorder struct {
+	net.Conn
+	closed atomic.Bool
+}
+
+func (c *closeRecorder) Close() error { c.closed.Store(true); return nil }
