@@ -143,6 +143,42 @@ func TestEtcdProfile(t *testing.T) {
 	}
 }
 
+// The outbox's JetStream sink can be tried in the stack: a NATS server
+// with JetStream (pinned image, a store on a volume, a health check that
+// waits for JetStream) under its own profile, every replica pointed at it
+// when STOCK_EVENTS_NATS_URL says so, and no NATS by default.
+func TestEventsProfile(t *testing.T) {
+	p := loadProject(t, map[string]string{"STOCK_EVENTS_NATS_URL": "nats://nats:4222"}, "events")
+	n := service(t, p, "nats")
+	if !slices.Equal(n.Profiles, []string{"events"}) {
+		t.Errorf("nats profiles = %q; want [events]", n.Profiles)
+	}
+	if _, tag, _ := strings.Cut(n.Image, ":"); !strings.HasPrefix(n.Image, "nats:2.") || strings.Count(tag, ".") != 2 {
+		t.Errorf("nats image = %q; want nats:2.x.y-... (pinned)", n.Image)
+	}
+	if !slices.Contains(n.Command, "-js") || !slices.Contains(n.Command, "/data") {
+		t.Errorf("nats command %q; want JetStream on (-js) with its store in /data", n.Command)
+	}
+	if hc := n.HealthCheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "js-enabled-only=true") {
+		t.Errorf("nats healthcheck %+v; want one that waits for JetStream", hc)
+	}
+	if len(n.Volumes) == 0 || n.Volumes[0].Target != "/data" {
+		t.Errorf("nats volumes %+v; want the store on a volume at /data", n.Volumes)
+	}
+	for _, r := range replicas {
+		if got := env(t, service(t, p, r), "STOCK_EVENTS_NATS_URL"); got != "nats://nats:4222" {
+			t.Errorf("%s: STOCK_EVENTS_NATS_URL = %q; want nats://nats:4222 when set so", r, got)
+		}
+	}
+	def := loadProject(t, nil)
+	if _, ok := def.DisabledServices["nats"]; !ok {
+		t.Error("nats is started without --profile events")
+	}
+	if got := env(t, service(t, def, "stock1"), "STOCK_EVENTS_NATS_URL"); got != "" {
+		t.Errorf("stock1: STOCK_EVENTS_NATS_URL = %q by default; want empty (the feed only)", got)
+	}
+}
+
 func TestHealthchecks(t *testing.T) {
 	p := loadProject(t, nil, "loadtest")
 	for _, tc := range []struct{ service, want string }{
