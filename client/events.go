@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 	"net/http"
-	"net/url"
-	"strconv"
 
 	"github.com/seckill/stock/events"
 	"github.com/seckill/stock/internal/api"
@@ -27,20 +25,7 @@ type EventsQuery struct {
 // page without events means nothing newer yet. A cursor the feed did not
 // give, or a Limit out of range, is a *Problem of KindInvalidRequest.
 func (c *Client) Events(ctx context.Context, q EventsQuery) (events.Page, error) {
-	v := url.Values{}
-	if q.After != "" {
-		v.Set("after", q.After)
-	}
-	if q.SKU != "" {
-		v.Set("sku", q.SKU)
-	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	path := api.AdminEvents
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
+	path := pagePath(api.AdminEvents, map[string]string{"after": q.After, "sku": q.SKU}, q.Limit)
 	var p events.Page
 	_, err := c.call(ctx, http.MethodGet, path, nil, nil, &p)
 	return p, err

@@ -123,19 +123,7 @@ type OrderPage struct {
 
 // Orders is a page of the buyer's orders (GET /v1/orders).
 func (c *Client) Orders(ctx context.Context, q OrdersQuery) (OrderPage, error) {
-	v := url.Values{}
-	for k, s := range map[string]string{"sku": q.SKU, "status": q.Status, "cursor": q.Cursor} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	path := api.Orders
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
+	path := pagePath(api.Orders, map[string]string{"sku": q.SKU, "status": q.Status, "cursor": q.Cursor}, q.Limit)
 	var p OrderPage
 	_, err := c.call(ctx, http.MethodGet, path, nil, nil, &p)
 	return p, err
@@ -183,17 +171,23 @@ func (c *Client) AdminOrdersCSV(ctx context.Context, q AdminOrdersQuery) (csv []
 
 // path is the query's URL path.
 func (q AdminOrdersQuery) path() string {
+	return pagePath(api.AdminOrders, map[string]string{"sku": q.SKU, "status": q.Status, "after": q.After}, q.Limit)
+}
+
+// pagePath is route with a query of the params that are set and limit
+// when it is not 0.
+func pagePath(route string, params map[string]string, limit int) string {
 	v := url.Values{}
-	for k, s := range map[string]string{"sku": q.SKU, "status": q.Status, "after": q.After} {
+	for k, s := range params {
 		if s != "" {
 			v.Set(k, s)
 		}
 	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
+	if limit != 0 {
+		v.Set("limit", strconv.Itoa(limit))
 	}
 	if len(v) == 0 {
-		return api.AdminOrders
+		return route
 	}
-	return api.AdminOrders + "?" + v.Encode()
+	return route + "?" + v.Encode()
 }

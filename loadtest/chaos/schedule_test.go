@@ -88,7 +88,7 @@ func saleStartsRedisDown(t *testing.T, row *Row) {
 	sawEarly := make(chan struct{})
 	go func() {
 		defer close(sawEarly)
-		if !pause(ctx, time.Until(start.Add(-300*time.Millisecond))) {
+		if !driver.Sleep(ctx, time.Until(start.Add(-300*time.Millisecond))) {
 			return
 		}
 		for _, in := range r.fleet.Instances {
@@ -306,7 +306,7 @@ func (r *rig) waitingCrowd(ctx context.Context, n int, from, until time.Time) []
 		arrival := from.Add(until.Sub(from) * time.Duration(i) / time.Duration(n))
 		wg.Go(func() {
 			out[i] = crowdBuyer{last: "aborted"}
-			if !pause(ctx, time.Until(arrival)) {
+			if !driver.Sleep(ctx, time.Until(arrival)) {
 				return
 			}
 			out[i] = r.waitForSale(ctx, i, apis, tok, slots)
@@ -368,7 +368,7 @@ func (r *rig) waitForSale(ctx context.Context, i int, apis []*client.Client, tok
 		if wait == 0 {
 			wait = time.Duration(50<<min(try, 4)+rand.IntN(50)) * time.Millisecond //nolint:gosec // G404: jitter, not a secret
 		}
-		if !pause(ctx, wait) {
+		if !driver.Sleep(ctx, wait) {
 			return crowdBuyer{last: last}
 		}
 	}
@@ -381,18 +381,6 @@ func label(e driver.Event) string {
 		return e.Status
 	}
 	return e.Status + " " + e.Problem
-}
-
-// pause waits d; false if ctx ended first.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // startAnswers is what the crowd's answers say against the start.

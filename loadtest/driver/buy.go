@@ -68,7 +68,7 @@ func (r *runner) sleepUntil(ctx context.Context, offset time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
-	return sleep(ctx, d)
+	return Sleep(ctx, d)
 }
 
 // buyer places one order under one key, retrying (at most retries times)
@@ -116,7 +116,7 @@ func (r *runner) buyer(ctx context.Context, i, retries int, log *[]attempt) buye
 		default: // 409 sold out, or a 4xx that will not change
 			return b
 		}
-		if try >= retries || !sleep(ctx, backoff(ans.retryAfter, try)) {
+		if try >= retries || !Sleep(ctx, backoff(ans.retryAfter, try)) {
 			return b
 		}
 	}
@@ -145,8 +145,8 @@ func gatewayDown(status int) bool {
 	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }
 
-// sleep waits d; false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d; false if ctx ended first.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
