@@ -882,43 +882,15 @@ func walkAllOrders(t *testing.T, s service.Store, f service.AllOrdersFilter) []s
 // stock; a versioned writer that conflicts wrote nothing and retries with
 // the same key.
 func contractConcurrentWriters(t *testing.T, s ContractStore) {
-	ctx := context.Background()
 	const writers, stock = 16, 10
 	for _, w := range guarded {
 		t.Run(writeName(w), func(t *testing.T) {
 			sku := "CW-" + writeName(w)
 			mustSetStock(t, s, sku, stock, 0)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			placed, soldOut, conflicts := 0, 0, 0
-			for i := range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					for {
-						_, err := s.Deduct(ctx, deduction(fmt.Sprintf("b%d", i), fmt.Sprintf("%s-%d", sku, i), sku, 1, w))
-						mu.Lock()
-						switch {
-						case err == nil:
-							placed++
-						case errors.Is(err, service.ErrSoldOut):
-							soldOut++
-						case errors.Is(err, service.ErrConflict) && w == service.WriteVersioned:
-							conflicts++
-							mu.Unlock()
-							continue
-						default:
-							t.Errorf("concurrent Deduct(%s) = %v", writeName(w), err)
-						}
-						mu.Unlock()
-						return
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
+			retry := func(err error) bool { return errors.Is(err, service.ErrConflict) && w == service.WriteVersioned }
+			placed, soldOut, conflicts := deductRace(t, s, writers, func(i int) service.Deduction {
+				return deduction(fmt.Sprintf("b%d", i), fmt.Sprintf("%s-%d", sku, i), sku, 1, w)
+			}, service.ErrSoldOut, retry)
 			if placed != stock || soldOut != writers-stock {
 				t.Fatalf("%d concurrent writers (%s) of %d units: %d placed, %d sold out; want %d and %d",
 					writers, writeName(w), stock, placed, soldOut, stock, writers-stock)
@@ -929,6 +901,42 @@ func contractConcurrentWriters(t *testing.T, s ContractStore) {
 			t.Logf("%s: %d conflicts retried", writeName(w), conflicts)
 		})
 	}
+}
+
+// deductRace runs writers Deducts of d(i) at once, each sent again with its
+// key while retry says so, and counts how they ended: placed, refused with
+// an error that is want, and the retries. Any other error fails t.
+func deductRace(t *testing.T, s ContractStore, writers int, d func(i int) service.Deduction, want error, retry func(error) bool) (placed, refused, retries int) {
+	t.Helper()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range writers {
+		wg.Go(func() {
+			<-start
+			for {
+				_, err := s.Deduct(context.Background(), d(i))
+				mu.Lock()
+				switch {
+				case err == nil:
+					placed++
+				case errors.Is(err, want):
+					refused++
+				case retry(err):
+					retries++
+					mu.Unlock()
+					continue
+				default:
+					t.Errorf("concurrent Deduct(%s) = %v", writeName(d(i).Write), err)
+				}
+				mu.Unlock()
+				return
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return placed, refused, retries
 }
 
 // After a mixed sequence of writes, refusals, rollbacks and restocks the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -247,37 +246,14 @@ func unpaidExplicit(t *testing.T, s ContractStore) {
 // the buyer past the cap: exactly the cap is placed, the rest refused.
 func unpaidConcurrent(t *testing.T, s ContractStore) {
 	const writers, limit = 12, 3
+	// A versioned conflict or a deadlock: sent again with the same key.
+	retry := func(err error) bool { return errors.Is(err, service.ErrConflict) || errors.Is(err, service.ErrBusy) }
 	for _, w := range guarded {
 		sku := "UCW-" + writeName(w)
 		setUnpaid(t, s, sku, 100, 0, 60, service.UnpaidSetting{Set: true, Cap: limit})
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		placed, refused := 0, 0
-		for i := range writers {
-			wg.Go(func() {
-				<-start
-				for {
-					_, err := s.Deduct(context.Background(), deduction("b", fmt.Sprintf("%s-%d", sku, i), sku, 1, w))
-					if errors.Is(err, service.ErrConflict) || errors.Is(err, service.ErrBusy) {
-						continue // a versioned conflict or a deadlock: retried with the same key
-					}
-					mu.Lock()
-					switch {
-					case err == nil:
-						placed++
-					case errors.Is(err, service.ErrUnpaidLimit):
-						refused++
-					default:
-						t.Errorf("concurrent Deduct(%s) = %v", writeName(w), err)
-					}
-					mu.Unlock()
-					return
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
+		placed, refused, _ := deductRace(t, s, writers, func(i int) service.Deduction {
+			return deduction("b", fmt.Sprintf("%s-%d", sku, i), sku, 1, w)
+		}, service.ErrUnpaidLimit, retry)
 		if placed != limit || refused != writers-limit {
 			t.Fatalf("%d concurrent orders of 1 by one buyer (%s) under a cap of %d: %d placed, %d refused; want %d and %d",
 				writers, writeName(w), limit, placed, refused, limit, writers-limit)
