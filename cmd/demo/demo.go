@@ -108,6 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type phaseFlags struct {
 	strats, phases, gateList *string
 	sinkList, prewarmList    *string
+	shapeList                *string
 	tpRateLimit              *bool
 	gates                    gatesOpts
 	ceil                     ceilingOpts
@@ -129,7 +130,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		gateList   = fs.String("gates", "all", "gates: comma list of STOCK_LOCK_BACKEND values to compare; all: "+strings.Join(skulock.Gates(), ","))
 		sinkList   = fs.String("outbox-sinks", strings.Join(outboxSinks, ","), "outbox: comma list of the sinks of the runs with sinks, of "+strings.Join(outboxSinks, ",")+"; none: the relays alone")
 		prewarm    = fs.String("open-prewarm", "0,"+prewarmDefault, "open: comma list of the instances' STOCK_PREWARM, one run of each shape per value; "+prewarmDefault+": unset")
-		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sinkList: sinkList, prewarmList: prewarm, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
+		shapes     = fs.String("open-shapes", "hot,zipf", "open: comma list of the sales to run, of hot (one SKU) and zipf (-open-skus SKUs)")
+		pf         = phaseFlags{strats: strats, phases: phases, gateList: gateList, sinkList: sinkList, prewarmList: prewarm, shapeList: shapes, sell: phase{name: "sellout"}, tp: phase{name: "throughput"}}
 		quiet      = fs.Bool("q", false, "no progress lines")
 		defaultOut = filepath.Join("loadtest", "out")
 	)
@@ -341,6 +343,15 @@ func (o *options) chooseOpen(pf *phaseFlags) error {
 	}
 	if len(op.prewarm) == 0 {
 		return errors.New("-open-prewarm: empty")
+	}
+	op.only = splitList(*pf.shapeList)
+	for _, v := range op.only {
+		if v != "hot" && v != "zipf" {
+			return fmt.Errorf("-open-shapes: unknown sale %q; want hot or zipf", v)
+		}
+	}
+	if len(op.shapes()) == 0 {
+		return errors.New("-open-shapes: no sale to run (zipf needs -open-skus > 0)")
 	}
 	o.open = op
 	return nil

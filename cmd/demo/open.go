@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,7 @@ type openOpts struct {
 	lead     time.Duration // how far ahead of the stocking the start is set
 	fire     time.Duration // buyers send at the start plus this
 	prewarm  []string      // STOCK_PREWARM of each run of a shape; "default" leaves it unset
+	only     []string      // the shapes to run, of "hot" and "zipf"
 	strategy string
 	retries  int    // sends again of one order, same key, on a temporary answer
 	doc      string // the results file
@@ -50,11 +52,14 @@ type openShape struct {
 	picks []int   // SKU of buyer i
 }
 
-// shapes are the runs' shapes: one hot SKU, then (if oo.skus > 0) the
-// Zipf-picked SKUs.
+// shapes are the runs' shapes of oo.only: one hot SKU, then (if oo.skus >
+// 0) the Zipf-picked SKUs.
 func (oo openOpts) shapes() []openShape {
-	out := []openShape{{name: "hot", units: []int64{oo.units}, picks: make([]int, oo.buyers)}}
-	if oo.skus > 0 {
+	var out []openShape
+	if slices.Contains(oo.only, "hot") {
+		out = append(out, openShape{name: "hot", units: []int64{oo.units}, picks: make([]int, oo.buyers)})
+	}
+	if oo.skus > 0 && slices.Contains(oo.only, "zipf") {
 		out = append(out, openShape{name: "zipf", units: spreadUnits(oo.units, oo.skus), picks: zipfPicks(oo.buyers, oo.skus, oo.zipfS, 44)})
 	}
 	return out

@@ -106,6 +106,9 @@ func TestBuyerFigures(t *testing.T) {
 	if got, want := f.finalsText(), "201: 2, 409 sold-out: 2, no answer: 1, not sent: 1"; got != want {
 		t.Errorf("finals %q; want %q", got, want)
 	}
+	if got, want := f.sentAgainText(), "2 (409 sale-not-started: 1, 503 overloaded: 1)"; got != want {
+		t.Errorf("sent again %q; want %q", got, want)
+	}
 	if f.firstP50 != 306*ms || f.firstP99 != 1507*ms {
 		t.Errorf("first answers p50 %v, p99 %v; want 306ms, 1.507s (of 3, 105, 306, 1507 ms)", f.firstP50, f.firstP99)
 	}
@@ -136,14 +139,18 @@ func TestOpenFlags(t *testing.T) {
 	for _, c := range []struct {
 		flags   []string
 		prewarm []string
+		shapes  []string
 		wantErr bool
 	}{
-		{nil, []string{"0", "default"}, false},
-		{[]string{"-open-prewarm", "0,10s,default"}, []string{"0", "10s", "default"}, false},
-		{[]string{"-open-prewarm", "soon"}, nil, true},
-		{[]string{"-open-zipf", "1"}, nil, true},
-		{[]string{"-open-skus", "0", "-open-zipf", "1"}, []string{"0", "default"}, false},
-		{[]string{"-open-strategy", "fastest"}, nil, true},
+		{nil, []string{"0", "default"}, []string{"hot", "zipf"}, false},
+		{[]string{"-open-prewarm", "0,10s,default"}, []string{"0", "10s", "default"}, []string{"hot", "zipf"}, false},
+		{[]string{"-open-prewarm", "soon"}, nil, nil, true},
+		{[]string{"-open-zipf", "1"}, nil, nil, true},
+		{[]string{"-open-skus", "0", "-open-zipf", "1"}, []string{"0", "default"}, []string{"hot"}, false},
+		{[]string{"-open-shapes", "zipf"}, []string{"0", "default"}, []string{"zipf"}, false},
+		{[]string{"-open-shapes", "zipf", "-open-skus", "0"}, nil, nil, true},
+		{[]string{"-open-shapes", "cold"}, nil, nil, true},
+		{[]string{"-open-strategy", "fastest"}, nil, nil, true},
 	} {
 		args := append([]string{"demo", "-phases", "open"}, c.flags...)
 		o, err := parseOptions(args, io.Discard)
@@ -155,6 +162,14 @@ func TestOpenFlags(t *testing.T) {
 		}
 		if err != nil || o.open == nil || !slices.Equal(o.open.prewarm, c.prewarm) || o.open.buyers != 20_000 || o.open.strategy != "lock+version" {
 			t.Errorf("parseOptions(%q) = %+v, %v; want STOCK_PREWARM %v, 20000 buyers, lock+version", args, o.open, err, c.prewarm)
+			continue
+		}
+		var shapes []string
+		for _, sh := range o.open.shapes() {
+			shapes = append(shapes, sh.name)
+		}
+		if !slices.Equal(shapes, c.shapes) {
+			t.Errorf("parseOptions(%q): sales %v; want %v", args, shapes, c.shapes)
 		}
 	}
 }

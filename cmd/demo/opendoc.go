@@ -93,11 +93,23 @@ func metText(ok bool) string {
 }
 
 // finalsText lists the final answers, most frequent first.
-func (f openFigures) finalsText() string {
-	names := slices.SortedFunc(maps.Keys(f.finals), func(a, b string) int { return cmp.Or(f.finals[b]-f.finals[a], strings.Compare(a, b)) })
+func (f openFigures) finalsText() string { return countsText(f.finals) }
+
+// sentAgainText is the buyers who sent again, and the answers that made
+// them, most frequent first.
+func (f openFigures) sentAgainText() string {
+	if f.retried == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", f.retried, countsText(f.sentAgain))
+}
+
+// countsText lists counts by name, most frequent first ("-" for none).
+func countsText(counts map[string]int) string {
+	names := slices.SortedFunc(maps.Keys(counts), func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
 	parts := make([]string, len(names))
 	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s: %d", n, f.finals[n])
+		parts[i] = fmt.Sprintf("%s: %d", n, counts[n])
 	}
 	return orDash(strings.Join(parts, ", "))
 }
@@ -107,10 +119,10 @@ func (r openRun) line() string {
 	sold, takeable := r.soldUnits()
 	return fmt.Sprintf("%-4s STOCK_PREWARM=%-7s load %s; %d connections opened in %.1fs (%d failed), %d orders sent; last written +%d ms; "+
 		"first second: %d answers, latency %s; first answers p50 +%d ms, p99 +%d ms; last answer +%d ms; sold by +1s %d, last unit +%d ms (MySQL); sold %d of %d; %s; "+
-		"5xx %d, no answer %d, sale-not-started %d; first %d senders won %.3f of the units, a random %d %.3f (expected %.3f); %s; all answered within %v: %s",
+		"5xx %d, no answer %d, sale-not-started %d, sent again %s; first %d senders won %.3f of the units, a random %d %.3f (expected %.3f); %s; all answered within %v: %s",
 		r.shape, r.prewarm, r.load, r.buyers, r.warmUp.Seconds(), r.warmFailed, r.ordered, r.lastSent.Milliseconds(),
 		r.firstSec, r.latencyText(), r.firstP50.Milliseconds(), r.firstP99.Milliseconds(), r.lastAnswer.Milliseconds(), r.ordersBy(time.Second), r.lastUnit().Milliseconds(), sold, takeable, r.finalsText(),
-		r.fiveXX, r.failed, r.early, r.firstN(), r.firstShare, r.firstN(), r.randomShare, r.expected, r.cpuText(), openGoal, metText(r.goalMet()))
+		r.fiveXX, r.failed, r.early, r.sentAgainText(), r.firstN(), r.firstShare, r.firstN(), r.randomShare, r.expected, r.cpuText(), openGoal, metText(r.goalMet()))
 }
 
 // cores is the named group's CPU over the run's window, in cores.
@@ -178,12 +190,12 @@ func writeOpenDoc(ctx context.Context, o options, runs []openRun, m driver.Machi
 	}
 	b.WriteString("\n## Exactness and fairness\n\n")
 	b.WriteString("| run | STOCK_PREWARM | final answers | 5xx | no answer | sale-not-started | buyers who sent again | units sold (MySQL) of those wanted | 201s without an order / orders answered otherwise / orders of buyers left unanswered | audits | first N senders' share of the units | a random N's share | expected for a random N |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|---|---|--:|--:|--:|\n")
+	b.WriteString("|---|---|---|--:|--:|--:|---|--:|---|---|--:|--:|--:|\n")
 	for _, r := range runs {
 		sold, takeable := r.soldUnits()
 		missing, extra, lost := r.answersVsOrders()
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d of %d | %d / %d / %d | %s | %.3f | %.3f | %.3f |\n",
-			r.shape, r.prewarm, r.finalsText(), r.fiveXX, r.failed, r.early, r.retried, sold, takeable, missing, extra, lost,
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %s | %d of %d | %d / %d / %d | %s | %.3f | %.3f | %.3f |\n",
+			r.shape, r.prewarm, r.finalsText(), r.fiveXX, r.failed, r.early, r.sentAgainText(), sold, takeable, missing, extra, lost,
 			auditText(r), r.firstShare, r.randomShare, r.expected)
 	}
 	b.WriteString("\n## Where the cores went\n\n")
@@ -251,11 +263,16 @@ func writeOpenIntro(b *bytes.Buffer, o options) {
 		"Times are from the start: a request's when it was written on the connection, an answer's when it was read; \"last unit sold\" is the latest `created_at` of the run's orders in MySQL minus the stored `sale_starts_at`. "+
 		"Fairness: of the units won (MySQL's orders by idempotency key), the share won by the first N buyers by the time their first order was written, N the units on sale, beside the share of N buyers drawn at random (expected N/buyers).\n\n",
 		o.instances, oo.strategy, (oo.buyers+o.instances-1)/o.instances, crowdMax, limitText(openFileLimit()), o.instances, oo.lead, oo.fire, oo.retries)
-	fmt.Fprintf(b, "Runs: **hot**, one SKU of %d units", oo.units)
-	if oo.skus > 0 {
-		fmt.Fprintf(b, "; **zipf**, %d SKUs of %s units each (%d in all) that each buyer picks by a Zipf law (`math/rand/v2`, s = %.2f: SKU k's weight (k+1)^-s, the most wanted %.1fx the second)",
-			oo.skus, spreadText(oo.units, oo.skus), oo.units, oo.zipfS, math.Pow(2, oo.zipfS))
+	var runs []string
+	for _, sh := range oo.shapes() {
+		if sh.name == "hot" {
+			runs = append(runs, fmt.Sprintf("**hot**, one SKU of %d units", oo.units))
+			continue
+		}
+		runs = append(runs, fmt.Sprintf("**zipf**, %d SKUs of %s units each (%d in all) that each buyer picks by a Zipf law (`math/rand/v2`, s = %.2f: SKU k's weight (k+1)^-s, the most wanted %.1fx the second)",
+			oo.skus, spreadText(oo.units, oo.skus), oo.units, oo.zipfS, math.Pow(2, oo.zipfS)))
 	}
+	fmt.Fprintf(b, "Runs: %s", strings.Join(runs, "; "))
 	fmt.Fprintf(b, ". Each with the instances' `STOCK_PREWARM` at each of: %s (`default`: unset, the binary's own default).", strings.Join(oo.prewarm, ", "))
 	b.WriteString("\n\n")
 }

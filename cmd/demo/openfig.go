@@ -45,6 +45,7 @@ type openFigures struct {
 	failed     int            // tries with no answer (refused, reset, timed out)
 	early      int            // sale-not-started answers
 	retried    int            // buyers who sent more than once
+	sentAgain  map[string]int // the answers that made a buyer send again, by name (finalName)
 	errs       []string       // a few of the failures' errors
 	firstP50   time.Duration  // buyers' first answers: the median time after the start
 	firstP99   time.Duration  // and the 99th percentile
@@ -121,6 +122,12 @@ func (f *openFigures) countTries(r buyerResult, hist map[int64]int64) {
 	f.ordered++
 	if len(r.Tries) > 1 {
 		f.retried++
+	}
+	for _, t := range r.Tries[:len(r.Tries)-1] {
+		if f.sentAgain == nil {
+			f.sentAgain = map[string]int{}
+		}
+		f.sentAgain[finalName(t)]++
 	}
 	for _, t := range r.Tries {
 		switch {
