@@ -220,6 +220,7 @@ func (pf *phaseFlags) registerOpen(fs *flag.FlagSet) {
 	fs.StringVar(&op.strategy, "open-strategy", "lock+version", "open: the instances' STOCK_STRATEGY")
 	fs.IntVar(&op.retries, "open-retries", 3, "open: sends again of one order, same key, on a temporary answer (429, 503, sale-not-started)")
 	fs.StringVar(&op.doc, "open-doc", "", "open: also write the results as a markdown document here")
+	fs.StringVar(&op.profile, "open-profile", "", "open: a directory for a CPU profile and an execution trace of the first instance over each run's first seconds")
 }
 
 // choosePhases sets o's strategies and phases from the flags.

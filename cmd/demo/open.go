@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -37,6 +38,7 @@ type openOpts struct {
 	fire     time.Duration // buyers send at the start plus this
 	prewarm  []string      // STOCK_PREWARM of each run of a shape; "default" leaves it unset
 	only     []string      // the shapes to run, of "hot" and "zipf"
+	profile  string        // if set, a directory for CPU profiles and traces of the first instance's opening
 	strategy string
 	retries  int    // sends again of one order, same key, on a temporary answer
 	doc      string // the results file
@@ -118,9 +120,15 @@ func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, t
 		return fig, driver.Machine{}, err
 	}
 	defer drop()
+	prof, err := newOpenProfiler(o.open.profile)
+	if err != nil {
+		return fig, driver.Machine{}, err
+	}
+	defer prof.close()
+	name := "open-" + shape.name + "-" + dbSafe(prewarm)
 	f, err := fleet.Start(ctx, fleet.Config{
 		Bin: o.bin, N: o.instances, DSN: dsn, RedisAddr: o.redis, AdminToken: token, Strategy: o.open.strategy,
-		LogDir: filepath.Join(o.out, "logs"), Name: "open-" + shape.name + "-" + dbSafe(prewarm), Env: openEnv(o, prewarm),
+		LogDir: filepath.Join(o.out, "logs"), Name: name, Env: openEnv(o, prewarm), InstanceEnv: prof.instanceEnv(),
 	})
 	if err != nil {
 		return fig, driver.Machine{}, err
@@ -134,7 +142,7 @@ func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, t
 	for _, in := range f.Instances {
 		pids = append(pids, in.PID())
 	}
-	if fig, err = openSale(ctx, o, f.URLs(), pids, token, shape, skus, tag); err != nil {
+	if fig, err = openSale(ctx, o, f.URLs(), pids, token, shape, skus, tag, prof.around(ctx, name)); err != nil {
 		return fig, driver.Machine{}, err
 	}
 	if fig.audits, err = auditAll(ctx, f.URLs()[0], token, skus); err != nil {
@@ -160,7 +168,8 @@ func openOnce(ctx context.Context, o options, shape openShape, prewarm, runID, t
 // crowd processes, which open the buyers' connections and order at the
 // start, and returns the buyers' figures (the database's are the
 // caller's); pids are the instances'.
-func openSale(ctx context.Context, o options, urls []string, pids []int, token string, shape openShape, skus []string, tag string) (openFigures, error) {
+func openSale(ctx context.Context, o options, urls []string, pids []int, token string, shape openShape, skus []string, tag string,
+	profile func(start time.Time) (wait func() error)) (openFigures, error) {
 	oo := o.open
 	specs, groups, keys, err := crowdSpecs(urls, shape, skus, tag, *oo)
 	if err != nil {
@@ -190,8 +199,9 @@ func openSale(ctx context.Context, o options, urls []string, pids []int, token s
 		}
 		return openFigures{}, err
 	}
+	profiled := profile(start)
 	fig, err := collectSale(ctx, procs, start, keys, procGroups(pids))
-	if err != nil {
+	if err := errors.Join(err, profiled()); err != nil {
 		return fig, err
 	}
 	fig.warmUp = warmUp
