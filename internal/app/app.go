@@ -218,8 +218,9 @@ func (a *App) newService(ctx context.Context, cfg Config, o options, locker serv
 		svcCfg.Counter = a.stockCounter(cfg.Redis)
 	}
 	a.Parts = service.Build(svcCfg, a.Store, locker, log, a.Metrics)
-	// Restocks made through other instances end this one's sold-out answers.
-	a.background(ctx, func(ctx context.Context) { events.Listen(ctx, a.Parts.Service.StockChanged) })
+	// Restocks made through other instances end this one's sold-out
+	// answers; a sell-out found at another instance starts them.
+	a.background(ctx, func(ctx context.Context) { events.Listen(ctx, a.Parts.Service) })
 	// Reservations past their deadline expire here as at every instance.
 	a.background(ctx, func(ctx context.Context) { a.Parts.Lifecycle.RunSweeper(ctx, svcCfg.ExpiryInterval) })
 	// The counter strategies' drift is repaired from MySQL's rows here too.

@@ -14,9 +14,9 @@ type Metrics struct {
 	Requests        *prometheus.CounterVec   // route, method, status
 	RequestDuration *prometheus.HistogramVec // route, method
 	Orders          *prometheus.CounterVec   // result: created, replayed, sold_out, limit_exceeded, unpaid_limit, sale_closed, busy, rejected, lock_lost, error
-	LockWait        *prometheus.HistogramVec // result: acquired, timeout, error
+	LockWait        *prometheus.HistogramVec // result: acquired, timeout, abandoned, error
 	LockHeld        prometheus.Histogram
-	LockResults     *prometheus.CounterVec   // result: acquired, timeout, lost, error
+	LockResults     *prometheus.CounterVec   // result: acquired, timeout, abandoned, lost, error
 	Renewals        *prometheus.CounterVec   // result: renewed, lost, failed
 	Conflicts       *prometheus.CounterVec   // strategy: versioned UPDATE misses
 	DBOnly          prometheus.Counter       // orders placed through the DB-only path because Redis was down
@@ -82,7 +82,7 @@ func (m *Metrics) newLock() {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	})
 	m.LockResults = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "stock_lock_results_total", Help: "SKU lock outcomes: acquired, timeout, lost, error.",
+		Name: "stock_lock_results_total", Help: "SKU lock outcomes: acquired, timeout, abandoned (the SKU was found sold out meanwhile), lost, error.",
 	}, []string{"result"})
 	m.Renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stock_lock_renewals_total", Help: "Watchdog renewals by result: renewed, lost (per hold), failed (per script call).",
@@ -133,7 +133,7 @@ func (m *Metrics) zeroSeries() {
 	for _, r := range []string{"created", "replayed", "sold_out", "limit_exceeded", "unpaid_limit", "sale_closed", "busy", "rejected", "lock_lost", "error"} {
 		m.Orders.WithLabelValues(r)
 	}
-	for _, r := range []string{"acquired", "timeout", "lost", "error"} {
+	for _, r := range []string{"acquired", "timeout", "abandoned", "lost", "error"} {
 		m.LockResults.WithLabelValues(r)
 	}
 	for _, r := range []string{"renewed", "lost", "failed"} {

@@ -92,7 +92,18 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	// A batch of many requests waits on its own bounded context (bctx): no
 	// single client's cancellation may stop it. A batch of one waits on its
 	// client's.
-	h, err := s.locks.take(bctx, sku)
+	lctx, waited := s.waits.start(bctx, sku)
+	h, err := s.locks.take(lctx, sku)
+	waited(err == nil)
+	if s.soldOut.known(sku) {
+		// Found sold out meanwhile, here or at another instance (whose
+		// notice ended the wait): the lock has nothing left to decide.
+		if err == nil {
+			s.locks.release(bctx, h)
+		}
+		s.drainSoldOut(sku, append(batch, s.queues.More(sku, s.cfg.QueueMax)...))
+		return
+	}
 	var down redisDown
 	switch {
 	case errors.As(err, &down):
@@ -258,8 +269,8 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 	if replayed {
 		s.replays.saw()
 	}
-	if soldOut {
-		s.soldOut.mark(b.SKU)
+	if soldOut && s.soldOut.mark(b.SKU) {
+		s.tellSoldOut(wctx, b.SKU)
 	}
 	return nil
 }

@@ -75,8 +75,9 @@ type heldLock struct {
 	at  time.Time
 }
 
-// take takes the SKU lock within LockWait, counting the outcome. It
-// returns ErrBusy (wait ran out), ErrUnavailable (ctx ended) or a redisDown.
+// take takes the SKU lock within LockWait, counting the outcome
+// ("abandoned": a sold-out notice ended the wait). It returns ErrBusy (wait
+// ran out), ErrUnavailable (ctx ended) or a redisDown.
 func (l *skuLocks) take(ctx context.Context, sku string) (_ *heldLock, err error) {
 	ctx, span := l.trace.span(ctx, "stock.lock")
 	start := time.Now()
@@ -93,6 +94,9 @@ func (l *skuLocks) take(ctx context.Context, sku string) (_ *heldLock, err error
 	switch {
 	case errors.Is(err, ErrLockNotObtained):
 		result = "timeout"
+		if errors.Is(context.Cause(ctx), errSoldOutElsewhere) {
+			result = "abandoned"
+		}
 		l.metrics.Lock(result, wait)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())

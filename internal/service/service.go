@@ -67,9 +67,12 @@ type Config struct {
 	// (default 3 under the lock, 20 for the lock-free version strategy).
 	VersionRetries int
 	// Events, when set, tells the other instances of every stock change
-	// (SetStock publishes after the write); the wiring hands the changes it
-	// receives to StockChanged, which ends their sold-out entry at once.
-	// Nil: an entry ends when an order finds stock, or after SoldOutTTL.
+	// (SetStock publishes after the write) and of every SKU a batch found
+	// sold out; the wiring hands what it receives to StockChanged, which
+	// ends their sold-out entry at once, and to SoldOut, which starts it
+	// and ends their batches' waits for the lock. Nil: an entry ends when an
+	// order finds stock, or after SoldOutTTL, and starts with an
+	// instance's own sold-out answer.
 	Events StockEvents
 	// WriteTimeout bounds an order's database work, from when the write
 	// starts (after any wait in the queue or for the lock); default 10s.
@@ -116,6 +119,7 @@ type Service struct {
 	replays replayWatch
 
 	locks   *skuLocks    // the SKU lock, and the DB-only switch while Redis is down
+	waits   lockWaits    // the batches waiting for their SKU's lock (a sold-out notice ends them)
 	redis   *redisHealth // shared with locks
 	writes  *writer
 	trace   tracer

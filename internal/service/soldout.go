@@ -152,14 +152,17 @@ func (c *soldOut) known(sku string) bool {
 	return ok
 }
 
-// mark records that MySQL said sku is sold out.
-func (c *soldOut) mark(sku string) {
+// mark records that MySQL said sku is sold out. It reports whether sku
+// was not held before (or its entry had expired) and is now.
+func (c *soldOut) mark(sku string) (added bool) {
 	if c == nil {
-		return
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
+	until, held := c.until[sku]
+	held = held && now.Before(until)
 	if _, ok := c.until[sku]; !ok && len(c.until) >= c.max {
 		for s, until := range c.until { // full: make room from the expired
 			if !now.Before(until) {
@@ -169,7 +172,9 @@ func (c *soldOut) mark(sku string) {
 	}
 	if _, ok := c.until[sku]; ok || len(c.until) < c.max {
 		c.until[sku] = now.Add(c.ttl)
+		return !held
 	}
+	return false
 }
 
 // drop forgets sku (its stock changed).

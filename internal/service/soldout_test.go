@@ -302,20 +302,7 @@ func TestRestockEventReachesOtherInstances(t *testing.T) {
 	ap, _, _ := e.build(service.Config{Events: events, SoldOutTTL: time.Hour})
 	a := ap.Service
 	b, _, _ := e.instance(service.Config{Events: events, SoldOutTTL: time.Hour})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	subscribed := make(chan struct{})
-	var once sync.Once
-	wg.Go(func() {
-		events.Listen(ctx, func(sku string, seq int64) {
-			if sku == "" {
-				once.Do(func() { close(subscribed) })
-			}
-			b.StockChanged(sku, seq)
-		})
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	<-subscribed
+	listenUntilCleanup(t, events, b)
 
 	e.setStock(t, 0)
 	if _, _, err := e.place(b, "b1", "k0"); !errors.Is(err, service.ErrSoldOut) || !service.SoldOutKnown(b, e.sku) {

@@ -256,10 +256,12 @@ type Batch struct {
 
 // StockEvents tells the other instances that a SKU's stock changed, and
 // its restock sequence after the change, so their sold-out fast path
-// forgets it and their next orders carry the sequence (Redis pub/sub in
+// forgets it and their next orders carry the sequence; and that a SKU was
+// found sold out, so their fast path takes it at once (Redis pub/sub in
 // stock serve).
 type StockEvents interface {
 	StockChanged(ctx context.Context, sku string, seq int64) error
+	SoldOut(ctx context.Context, sku string, seq int64) error
 }
 
 // BuyerKey is a buyer's idempotency key.

@@ -16,13 +16,22 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// listen runs Listen and sends what it reports on a channel, as "sku@seq".
+// reports is a Listener that sends what it is told on a channel, as
+// "sku@seq" for a change and "sku@seq sold-out" for a sold-out SKU.
+type reports chan string
+
+func (r reports) StockChanged(sku string, seq int64) { r <- sku + "@" + strconv.FormatInt(seq, 10) }
+func (r reports) SoldOut(sku string, seq int64) {
+	r <- sku + "@" + strconv.FormatInt(seq, 10) + " sold-out"
+}
+
+// listen runs Listen and sends what it reports on a channel (reports).
 func listen(t *testing.T, ev *stockevents.Redis) <-chan string {
 	t.Helper()
-	got := make(chan string, 100)
+	got := make(reports, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { ev.Listen(ctx, func(sku string, seq int64) { got <- sku + "@" + strconv.FormatInt(seq, 10) }) })
+	wg.Go(func() { ev.Listen(ctx, got) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return got
 }
@@ -61,6 +70,12 @@ func TestChangesReachListenersAndReconnectsForgetAll(t *testing.T) {
 	}
 	if s := next(t, got, "change"); s != "SKU-1@7" {
 		t.Fatalf("report after a change of SKU-1 = %q", s)
+	}
+	if err := ev.SoldOut(ctx, "SKU-1", 7); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(t, got, "sold out"); s != "SKU-1@7 sold-out" {
+		t.Fatalf("report after SKU-1 sold out = %q", s)
 	}
 	select {
 	case s := <-other:
