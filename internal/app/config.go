@@ -117,6 +117,11 @@ type Redis struct {
 	Prefix string `env:"STOCK_REDIS_PREFIX"`
 }
 
+// redisPoolSize is the Redis client's pool, all of it opened by the
+// pre-warm: at a sale's opening every SKU's batch takes its lock at once,
+// and a dial then waits behind the crowd's requests for the CPU.
+const redisPoolSize = 64
+
 // Options are the Redis client's options of r.
 func (r Redis) Options() *redis.UniversalOptions {
 	return &redis.UniversalOptions{
@@ -132,7 +137,7 @@ func (r Redis) Options() *redis.UniversalOptions {
 		// dials 100ms apart, plus 3 command retries).
 		DialerRetries: 1,
 		MaxRetries:    1,
-		PoolSize:      64,
+		PoolSize:      redisPoolSize,
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-// redisWarmConns is how many Redis connections the pre-warm opens.
-const redisWarmConns = 32
 
 // startPrewarm runs the pre-warm of cfg.Orders.Prewarm until Close: the
 // service's caches and the SKU's lock, the MySQL pools, the Redis pool.
@@ -20,7 +18,7 @@ func (a *App) startPrewarm(ctx context.Context, cfg Config, log *slog.Logger) {
 	p := &service.Prewarmer{Lead: cfg.Orders.Prewarm, Store: a.Store, Log: log, Warmers: []service.Warmer{a.Parts.Service.Warm},
 		Pools: []func(context.Context) error{
 			func(ctx context.Context) error { return a.Store.WarmPool(ctx, mysqlConns) },
-			func(ctx context.Context) error { return warmRedis(ctx, a.Redis, redisWarmConns) },
+			func(ctx context.Context) error { return warmRedis(ctx, a.Redis, redisPoolSize) },
 		}}
 	a.background(ctx, p.Run)
 }

@@ -68,7 +68,10 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	if s.info.Counted { // the counter's winners: no lock, the versioned UPDATE decides
 		batch = s.joinLate(sku, batch, span)
 		s.metrics.Batch(len(batch))
-		failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch)
+		var soldOut bool
+		if soldOut, failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch); soldOut {
+			s.tellSoldOut(bctx, sku)
+		}
 		return
 	}
 	if s.soldOut.known(sku) {
@@ -114,14 +117,24 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		answerAll(batch, err)
 		return
 	}
-	defer s.locks.release(bctx, h)
+	released := false
+	defer func() {
+		if !released {
+			s.locks.release(bctx, h)
+		}
+	}()
 	checked := 0
 	if keysChecked {
 		checked = len(batch)
 	}
 	batch = s.joinLate(sku, batch, span)
 	s.metrics.Batch(len(batch)) // the orders this hold serves (replays answered before it left out)
-	failed = s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
+	soldOut, failed := s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
+	s.locks.release(bctx, h)
+	released = true
+	if soldOut { // told once the lock is free: the publish is no part of the hold
+		s.tellSoldOut(bctx, sku)
+	}
 }
 
 // drainReadMax bounds the keys one read of drainSoldOut takes.
@@ -234,8 +247,9 @@ func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch 
 
 // commitBatch writes b, retrying a version conflict (retryConflicts), and
 // answers every call; it returns the batch's own error (nil when the store
-// answered per order).
-func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
+// answered per order), and first whether the batch put the SKU on the
+// sold-out fast path (for tellSoldOut).
+func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) (soldOut bool, failed error) {
 	// The write's bound starts now, after the wait in the queue and for the lock.
 	wctx, cancel := context.WithTimeout(s.trace.withSpan(context.Background(), span), s.cfg.WriteTimeout)
 	defer cancel()
@@ -254,12 +268,12 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 	})
 	if err != nil {
 		answerAll(batch, err)
-		return err
+		return false, err
 	}
-	replayed, soldOut := false, false
+	replayed, refused := false, false
 	for i, c := range batch {
 		replayed = replayed || errors.Is(errs[i], ErrDuplicateKey)
-		soldOut = soldOut || errors.Is(errs[i], ErrSoldOut)
+		refused = refused || errors.Is(errs[i], ErrSoldOut)
 		c.Answer(orders[i], errs[i])
 	}
 	// Marked here, before runBatch returns and the SKU's next batch starts,
@@ -269,10 +283,7 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) error {
 	if replayed {
 		s.replays.saw()
 	}
-	if soldOut && s.soldOut.mark(b.SKU) {
-		s.tellSoldOut(wctx, b.SKU)
-	}
-	return nil
+	return refused && s.soldOut.mark(b.SKU), nil
 }
 
 // replayWindow is how long after a batch met a replay the batches read
