@@ -10,7 +10,6 @@ import (
 	"github.com/seckill/stock/internal/service"
 )
 
-
 // startPrewarm runs the pre-warm of cfg.Orders.Prewarm until Close: the
 // service's caches and the SKU's lock, the MySQL pools, the Redis pool.
 func (a *App) startPrewarm(ctx context.Context, cfg Config, log *slog.Logger) {
