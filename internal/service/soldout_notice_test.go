@@ -123,13 +123,8 @@ func TestSoldOutNoticeEndsTheLockWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.svc.SoldOut(e.sku, seq)
-	p, ok := answered(waiting, 3*time.Second)
-	switch {
-	case !ok:
-		t.Fatal("no answer 3s after a sold-out notice, with the lock held elsewhere (lock wait 5s)")
-	case !errors.Is(p.err, service.ErrSoldOut):
-		t.Fatalf("order after a sold-out notice = %+v; want ErrSoldOut", p)
-	case h.Err() != nil:
+	soldOutSoon(t, waiting, "the order after a sold-out notice")
+	if h.Err() != nil {
 		t.Fatalf("the other holder lost the lock: %v", h.Err())
 	}
 	if n := lockResults(t, e.reg, "abandoned"); n != 2 {
@@ -165,12 +160,19 @@ func TestSoldOutNoticeReachesAWaitingBatch(t *testing.T) {
 	if _, _, err := e.place(a, "b2", "k2"); !errors.Is(err, service.ErrSoldOut) {
 		t.Fatalf("order at a = %v; want ErrSoldOut", err)
 	}
+	soldOutSoon(t, waiting, "b's order, after a found the SKU sold out")
+}
+
+// soldOutSoon fails unless the order waiting for the lock (held elsewhere;
+// lock wait 5s) is answered sold out within 3s.
+func soldOutSoon(t *testing.T, waiting <-chan placed, what string) {
+	t.Helper()
 	p, ok := answered(waiting, 3*time.Second)
 	switch {
 	case !ok:
-		t.Fatal("b's order still waits for the lock 3s after a found the SKU sold out (lock wait 5s)")
+		t.Fatalf("%s: still waiting for the lock after 3s", what)
 	case !errors.Is(p.err, service.ErrSoldOut):
-		t.Fatalf("b's order = %+v; want ErrSoldOut", p)
+		t.Fatalf("%s = %+v; want ErrSoldOut", what, p)
 	}
 }
 
