@@ -26,8 +26,9 @@ import (
 func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Order, []error, error) {
 	readKeys := false
 	// Each race leaves one more key seen as taken: len(b.Items) bounds them.
+	// A batch's joined items stay in b for its next try (write takes b).
 	for range len(b.Items) + 1 {
-		orders, errs, err := s.write(ctx, b, readKeys)
+		orders, errs, err := s.write(ctx, &b, readKeys)
 		if !errors.Is(err, errKeyRace) {
 			return orders, errs, err
 		}
@@ -37,8 +38,9 @@ func (s *Store) DeductBatch(ctx context.Context, b service.Batch) ([]service.Ord
 }
 
 // write places b with the multi-statement writer where the server allows
-// it (s.multi), else with the transaction writer.
-func (s *Store) write(ctx context.Context, b service.Batch, readKeys bool) ([]service.Order, []error, error) {
+// it (s.multi), else with the transaction writer; the items b joins after
+// the stock read are added to b.
+func (s *Store) write(ctx context.Context, b *service.Batch, readKeys bool) ([]service.Order, []error, error) {
 	if s.multi != nil {
 		return s.writeMulti(ctx, b, readKeys)
 	}
@@ -76,7 +78,7 @@ func uncheckedKeys(items []service.BatchItem) []service.BuyerKey {
 // under a limit or a window: the allowance, the unpaid units), then one
 // INSERT of the orders, one of the ledger and the versioned UPDATE, and a
 // rewrite of the deadlines if a lock wait left them behind (settleRows).
-func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, stock *stockModel) ([]service.Order, []error, error) {
+func (s *Store) writeTx(ctx context.Context, b *service.Batch, readKeys bool, stock *stockModel) ([]service.Order, []error, error) {
 	var orders []service.Order
 	var errs []error
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -87,6 +89,7 @@ func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, sto
 		if err := cur.saleRefusal(); err != nil {
 			return err
 		}
+		b.TakeJoined()
 		perBuyer := cur.PerBuyerLimit > 0 || cur.PaymentWindowSeconds > 0 // an upsert per item
 		var ids map[service.BuyerKey]int64
 		if readKeys || perBuyer {
@@ -109,11 +112,11 @@ func (s *Store) writeTx(ctx context.Context, b service.Batch, readKeys bool, sto
 			return nil
 		}
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		rows := orderRows(b, plan, cur, now)
+		rows := orderRows(*b, plan, cur, now)
 		if err := s.insertOrders(tx, rows); err != nil {
 			return err
 		}
-		if err := s.finishBatch(tx, b, cur, plan.Total, now, saleLedger(b.SKU, rows, now)); err != nil {
+		if err := s.finishBatch(tx, *b, cur, plan.Total, now, saleLedger(b.SKU, rows, now)); err != nil {
 			return err
 		}
 		if err := settleRows(gormExec(tx), cur, rows); err != nil {

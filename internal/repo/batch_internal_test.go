@@ -399,7 +399,7 @@ func TestLimitedBatchMissesAReturnBehindItsRead(t *testing.T) {
 		}
 	}
 	batch := service.Batch{SKU: "LR", Fence: 1, Items: []service.BatchItem{{Buyer: "b", Key: "k2", RequestHash: "h2", Quantity: 1, Admitted: &admitted}}}
-	if orders, errs, err := s.write(ctx, batch, false); !errors.Is(err, service.ErrConflict) {
+	if orders, errs, err := s.write(ctx, &batch, false); !errors.Is(err, service.ErrConflict) {
 		t.Fatalf("the batch read before the cancel = %+v, %v, %v; want ErrConflict", orders, errs, err)
 	}
 	var re *service.RestockedError

@@ -25,7 +25,7 @@ import (
 // and driver-escaped arguments. A SKU with a per-buyer limit or a payment
 // window (whose orders are counted per buyer, item by item) goes to the
 // transaction writer with the row read here. Why: docs/decisions/0004.
-func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) ([]service.Order, []error, error) {
+func (s *Store) writeMulti(ctx context.Context, b *service.Batch, readKeys bool) ([]service.Order, []error, error) {
 	conn, err := s.multi.Conn(ctx)
 	if err != nil {
 		return nil, nil, translate(ctx, "deduct batch", err)
@@ -41,6 +41,7 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 	if err := cur.saleRefusal(); err != nil {
 		return nil, nil, err
 	}
+	b.TakeJoined()
 	if cur.PerBuyerLimit > 0 || cur.PaymentWindowSeconds > 0 { // upserts per item: takeForBuyer
 		_ = conn.Close() // not held beside the transaction's connection
 		return s.writeTx(ctx, b, readKeys, &cur)
@@ -57,8 +58,8 @@ func (s *Store) writeMulti(ctx context.Context, b service.Batch, readKeys bool) 
 		return orders, plan.Errs, nil
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	rows := orderRows(b, plan, cur, now)
-	first, err := s.commitMulti(ctx, conn, b, rows, cur, plan.Total, now)
+	rows := orderRows(*b, plan, cur, now)
+	first, err := s.commitMulti(ctx, conn, *b, rows, cur, plan.Total, now)
 	if err != nil {
 		return nil, nil, err
 	}

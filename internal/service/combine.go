@@ -67,7 +67,6 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	defer func() { endSpan(span, "", failed) }()
 	if s.info.Counted { // the counter's winners: no lock, the versioned UPDATE decides
 		batch = s.joinLate(sku, batch, span)
-		s.metrics.Batch(len(batch))
 		var soldOut bool
 		if soldOut, failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch); soldOut {
 			s.tellSoldOut(bctx, sku)
@@ -128,7 +127,6 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		checked = len(batch)
 	}
 	batch = s.joinLate(sku, batch, span)
-	s.metrics.Batch(len(batch)) // the orders this hold serves (replays answered before it left out)
 	soldOut, failed := s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
 	s.locks.release(bctx, h)
 	released = true
@@ -227,9 +225,7 @@ func (s *Service) joinLate(sku string, batch []*call, span trace.Span) []*call {
 func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch {
 	b := Batch{SKU: sku, Fence: h.Fence(), Items: make([]BatchItem, len(batch))}
 	for i, c := range batch {
-		d := c.Item
-		b.Items[i] = BatchItem{Buyer: d.Buyer, Key: d.Key, RequestHash: d.RequestHash, Quantity: d.Quantity,
-			Admitted: d.Admitted, KeyChecked: i < checked}
+		b.Items[i] = itemOf(c, i < checked)
 	}
 	b.BeforeCommit = func() error {
 		if hook := s.cfg.CriticalSectionHook; hook != nil {
@@ -243,6 +239,13 @@ func (s *Service) batchOf(sku string, batch []*call, h Hold, checked int) Batch 
 		return nil
 	}
 	return b
+}
+
+// itemOf is the batch item of call c; keyChecked: its key was read.
+func itemOf(c *call, keyChecked bool) BatchItem {
+	d := c.Item
+	return BatchItem{Buyer: d.Buyer, Key: d.Key, RequestHash: d.RequestHash, Quantity: d.Quantity,
+		Admitted: d.Admitted, KeyChecked: keyChecked}
 }
 
 // commitBatch writes b, retrying a version conflict (retryConflicts), and
@@ -261,11 +264,16 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) (soldOut 
 			tspan.SetAttributes(attrDBSystem.String("mysql"), attrSKU.String(b.SKU), attrWrite.String("versioned"),
 				attrBatchSize.Int(len(batch)), attrAttempt.Int(n+1))
 		}
+		try := s.withJoined(span, b, &batch)
 		var err error
-		orders, errs, err = s.store.DeductBatch(tctx, b)
+		orders, errs, err = s.store.DeductBatch(tctx, try)
+		if err == nil && (len(orders) != len(batch) || len(errs) != len(batch)) {
+			err = fmt.Errorf("service: the store answered %d of a batch of %d orders", len(errs), len(batch))
+		}
 		endTx(tspan, err)
 		return err
 	})
+	s.metrics.Batch(len(batch)) // the orders this hold served (replays answered before it left out)
 	if err != nil {
 		answerAll(batch, err)
 		return false, err
@@ -284,6 +292,34 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) (soldOut 
 		s.replays.saw()
 	}
 	return refused && s.soldOut.mark(b.SKU), nil
+}
+
+// withJoined is b for a try of the batch's write: its items are those of
+// every call in *batch (the calls joined in an earlier try included), and
+// its Join takes the SKU's queued orders up to BatchMax into *batch, so the
+// orders that came while the batch waited for the lock and its stock read
+// are placed in this hold.
+func (s *Service) withJoined(span trace.Span, b Batch, batch *[]*call) Batch {
+	for _, c := range (*batch)[len(b.Items):] {
+		b.Items = append(slices.Clip(b.Items), itemOf(c, false))
+	}
+	b.Join = func() []BatchItem {
+		more := s.queues.More(b.SKU, s.cfg.BatchMax-len(*batch))
+		if len(more) == 0 {
+			return nil
+		}
+		linkSpans(span, more)
+		*batch = append(*batch, more...)
+		if span.IsRecording() {
+			span.SetAttributes(attrBatchSize.Int(len(*batch)))
+		}
+		items := make([]BatchItem, len(more))
+		for i, c := range more {
+			items[i] = itemOf(c, false)
+		}
+		return items
+	}
+	return b
 }
 
 // replayWindow is how long after a batch met a replay the batches read

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -467,5 +468,46 @@ func TestQueuedOrdersLeaveForTheSoldOutPath(t *testing.T) {
 	// The leader's batch, then one batch of 4 that sold the last 3 units.
 	if got := u.store.Stats().BatchSizes; !slices.Equal(got, []int{1, 4}) {
 		t.Fatalf("batches %v; want [1 4]: the orders queued past the sell-out took no batch", got)
+	}
+}
+
+// Orders that come while a batch reads its stock row join it: they are
+// placed in the same hold (one store call, one fence), not in a batch of
+// their own after it.
+func TestOrdersDuringTheStockReadJoinTheBatch(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t, service.Config{BatchMax: 64})
+	u.setStock(t, u.sku, 10, 0)
+	ctx := context.Background()
+	var once sync.Once
+	var joined []<-chan placed
+	u.store.AfterRead(func(string) {
+		once.Do(func() {
+			for i := range 5 {
+				joined = append(joined, u.placeAsync(ctx, u.req(fmt.Sprintf("j%d", i), 1)))
+			}
+			for deadline := time.Now().Add(5 * time.Second); service.Waiting(u.svc, u.sku) < 5; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Errorf("%d orders queued 5s after they were sent; want 5", service.Waiting(u.svc, u.sku))
+					return
+				}
+			}
+		})
+	})
+	lead := <-u.placeAsync(ctx, u.req("lead", 1))
+	if lead.err != nil || lead.o.Fence == nil {
+		t.Fatalf("lead = %+v; want placed with a fence", lead)
+	}
+	for i, ch := range joined {
+		p := <-ch
+		if p.err != nil || p.o.Fence == nil || *p.o.Fence != *lead.o.Fence {
+			t.Fatalf("order j%d = %+v; want placed under the lead's hold (fence %d)", i, p, *lead.o.Fence)
+		}
+	}
+	if got := u.store.Stats().BatchSizes; len(got) != 1 {
+		t.Fatalf("store calls with batch sizes %v; want one call (the joined orders in it)", got)
+	}
+	if a := u.audit(t); !a.Consistent || a.Orders != 6 {
+		t.Fatalf("audit = %+v; want consistent with 6 orders", a)
 	}
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -252,6 +253,22 @@ type Batch struct {
 	Fence int64
 	// BeforeCommit runs before COMMIT; an error rolls everything back.
 	BeforeCommit func() error
+	// Join, if set, returns the orders that came since the batch was made
+	// (up to its cap). The store calls it at most once per DeductBatch
+	// (TakeJoined), after it read the stock row and before it plans, so the
+	// orders that came during the lock's wait and the read are placed in
+	// this hold too. Their items follow Items, and the answers cover both,
+	// in that order.
+	Join func() []BatchItem
+}
+
+// TakeJoined appends the items Join returns to Items, once (Join is then
+// nil). A store calls it after its read of the stock row, before it plans.
+func (b *Batch) TakeJoined() {
+	if b.Join != nil {
+		b.Items = append(slices.Clip(b.Items), b.Join()...)
+		b.Join = nil
+	}
 }
 
 // StockEvents tells the other instances that a SKU's stock changed, and
@@ -316,9 +333,12 @@ type Store interface {
 	// has been overdue (0: none is).
 	OverdueFor(ctx context.Context) (time.Duration, error)
 	// DeductBatch places the batch's orders in one transaction, as
-	// PlanBatch plans them, ending with one versioned UPDATE. Per item it
-	// returns the order, or ErrSoldOut, a *LimitError, an *UnpaidError, a
-	// *RestockedError or ErrDuplicateKey for that item. Its error (ErrConflict, ErrUnknownSKU,
-	// ErrBusy, ErrUnavailable, or BeforeCommit's) means nothing was written.
+	// PlanBatch plans them, ending with one versioned UPDATE; the orders
+	// Join returns after the stock read (TakeJoined) are part of the batch.
+	// Per item (Items, then the joined ones) it returns the order, or
+	// ErrSoldOut, a *LimitError, an *UnpaidError, a *RestockedError or
+	// ErrDuplicateKey for that item. Its error (ErrConflict, ErrUnknownSKU,
+	// ErrBusy, ErrUnavailable, or BeforeCommit's) means nothing was written,
+	// and the joined orders are not answered.
 	DeductBatch(ctx context.Context, b Batch) ([]Order, []error, error)
 }

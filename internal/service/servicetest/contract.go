@@ -48,6 +48,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"BeforeCommit", contractBeforeCommit},
 		{"Batch", contractBatch},
 		{"BatchOfOne", contractBatchOfOne},
+		{"BatchJoin", contractBatchJoin},
 		{"KeysChecked", contractKeysChecked},
 		{"Restocked", contractRestocked},
 		{"Precheck", contractPrecheck},
@@ -629,6 +630,45 @@ func contractBatchOfOne(t *testing.T, s ContractStore) {
 	}
 	if a := consistent(t, s, "B1"); a.Orders != 1 || a.Available != 1 {
 		t.Fatalf("audit = %+v; want 1 order, 1 available", a)
+	}
+}
+
+// A batch's Join is called once, after the stock read: its items follow
+// Items in the same transaction (ids after theirs, one version bump) and are
+// answered after them, the last ones sold out when the units run out. A
+// batch refused before its plan (an unknown SKU) joins nothing.
+func contractBatchJoin(t *testing.T, s ContractStore) {
+	ctx := context.Background()
+	mustSetStock(t, s, "BJ", 3, 0)
+	before := mustStock(t, s, "BJ")
+	calls := 0
+	join := func() []service.BatchItem {
+		calls++
+		return []service.BatchItem{{Buyer: "b2", Key: "j1", RequestHash: "h", Quantity: 1}, {Buyer: "b3", Key: "j2", RequestHash: "h", Quantity: 1}}
+	}
+	orders, errs, err := s.DeductBatch(ctx, service.Batch{SKU: "BJ", Fence: 4, Join: join,
+		Items: []service.BatchItem{{Buyer: "b1", Key: "k1", RequestHash: "h", Quantity: 2}}})
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case calls != 1:
+		t.Fatalf("Join called %d times; want once", calls)
+	case len(orders) != 3 || len(errs) != 3:
+		t.Fatalf("a batch of 1 item that joined 2 = %d orders, %d errors; want 3 of each", len(orders), len(errs))
+	case errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], service.ErrSoldOut):
+		t.Fatalf("answers %v; want the item and the first joined placed, the second sold out", errs)
+	case orders[0].Key != "k1" || orders[1].Key != "j1" || orders[1].Buyer != "b2" || orders[1].ID <= orders[0].ID:
+		t.Fatalf("orders %s, %s; want k1 then j1 (b2), ids rising", fmtOrder(orders[0]), fmtOrder(orders[1]))
+	}
+	if after := mustStock(t, s, "BJ"); after.Available != 0 || after.Sold != 3 || after.Version != before.Version+1 {
+		t.Fatalf("stock after = %+v; want 0 available, 3 sold, one version bump", after)
+	}
+	if _, _, err := s.DeductBatch(ctx, service.Batch{SKU: "nope", Join: join,
+		Items: []service.BatchItem{{Buyer: "b", Key: "k", RequestHash: "h", Quantity: 1}}}); !errors.Is(err, service.ErrUnknownSKU) || calls != 1 {
+		t.Fatalf("batch of an unknown SKU = %v, Join called %d times in all; want ErrUnknownSKU, still once", err, calls)
+	}
+	if a := consistent(t, s, "BJ"); a.Orders != 2 {
+		t.Fatalf("audit = %+v; want 2 orders", a)
 	}
 }
 

@@ -828,6 +828,7 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	if err := snap.Schedule().Refusal(now(), now()); err != nil {
 		return nil, nil, err
 	}
+	b.TakeJoined()
 	row := m.rowLock(b.SKU)
 	defer row.Unlock()
 	m.mu.Lock()
