@@ -53,11 +53,13 @@ func (s *Service) placeBatched(ctx context.Context, d Deduction) (Order, error) 
 }
 
 // runBatch places a batch under the SKU lock (the counter's winners: with
-// no lock) in one transaction: the
-// batch's keys read first (while replays are coming: replayWatch), then
-// the lock, then the orders that joined the queue meanwhile, then the stock
-// read, the inserts, the versioned UPDATE and COMMIT. Every call of the
-// batch gets its answer (c.done closed) before it returns.
+// no lock) in one transaction: the batch's keys read first (while replays
+// are coming: replayWatch), then the lock, then the orders that joined the
+// queue meanwhile, then the stock read, the orders that came during it,
+// the inserts, the versioned UPDATE and COMMIT. A SKU found sold out first
+// (here, or at another instance whose notice ends the lock's wait) is
+// answered from reads of the keys instead. Every call of the batch gets
+// its answer (c.done closed) before it returns.
 func (s *Service) runBatch(sku string, batch []*call) {
 	// The batch's span is a child of its first order's, linked to the
 	// others' (and they to it), so each order's trace shows the batch that
@@ -74,10 +76,7 @@ func (s *Service) runBatch(sku string, batch []*call) {
 		return
 	}
 	if s.soldOut.known(sku) {
-		// Sold out while these waited: they, and every order queued behind
-		// them, are answered from reads of their keys (no lock, no
-		// transaction each).
-		s.drainSoldOut(sku, append(batch, s.queues.More(sku, s.cfg.QueueMax)...))
+		s.drainQueue(sku, batch)
 		return
 	}
 	if s.redis.skip() {
@@ -91,30 +90,33 @@ func (s *Service) runBatch(sku string, batch []*call) {
 			return
 		}
 	}
+	failed = s.runLocked(bctx, span, sku, batch, keysChecked)
+}
+
+// runLocked is runBatch from the lock on: it returns the batch's own
+// error, if any. The first len(batch) keys were read if keysChecked.
+func (s *Service) runLocked(bctx context.Context, span trace.Span, sku string, batch []*call, keysChecked bool) error {
 	// A batch of many requests waits on its own bounded context (bctx): no
 	// single client's cancellation may stop it. A batch of one waits on its
 	// client's.
 	lctx, waited := s.waits.start(bctx, sku)
 	h, err := s.locks.take(lctx, sku)
 	waited(err == nil)
-	if s.soldOut.known(sku) {
-		// Found sold out meanwhile, here or at another instance (whose
-		// notice ended the wait): the lock has nothing left to decide.
+	if s.soldOut.known(sku) { // meanwhile: the lock has nothing left to decide
 		if err == nil {
 			s.locks.release(bctx, h)
 		}
-		s.drainSoldOut(sku, append(batch, s.queues.More(sku, s.cfg.QueueMax)...))
-		return
+		s.drainQueue(sku, batch)
+		return nil
 	}
 	var down redisDown
 	switch {
 	case errors.As(err, &down):
 		eachWithoutRedis(s, batch, down.err)
-		return
+		return nil
 	case err != nil:
-		failed = err
 		answerAll(batch, err)
-		return
+		return err
 	}
 	released := false
 	defer func() {
@@ -133,6 +135,14 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	if soldOut { // told once the lock is free: the publish is no part of the hold
 		s.tellSoldOut(bctx, sku)
 	}
+	return failed
+}
+
+// drainQueue answers the batch, and every order of its SKU queued behind
+// it, on the sold-out fast path (drainSoldOut: reads of their keys, no
+// lock, no transaction each).
+func (s *Service) drainQueue(sku string, batch []*call) {
+	s.drainSoldOut(sku, append(batch, s.queues.More(sku, s.cfg.QueueMax)...))
 }
 
 // drainReadMax bounds the keys one read of drainSoldOut takes.

@@ -82,13 +82,25 @@ func TestSoldOutBatchTellsTheOtherInstances(t *testing.T) {
 	if n := notices.count(); n != 0 {
 		t.Fatalf("%d sold-out notices after an order placed; want 0", n)
 	}
-	for _, key := range []string{"k2", "k3"} {
+	soldOut := func(key string) {
+		t.Helper()
 		if _, _, err := e.svc.Place(t.Context(), service.PlaceRequest{Buyer: "b1", Key: key, SKU: e.sku, Quantity: 1}); !errors.Is(err, service.ErrSoldOut) {
 			t.Fatalf("order %s after the last unit = %v; want ErrSoldOut", key, err)
 		}
 	}
+	soldOut("k2")
+	// Published once the batch has answered and released the lock.
+	for deadline := time.Now().Add(5 * time.Second); notices.count() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no sold-out notice 5s after a batch was answered sold out")
+		}
+	}
+	soldOut("k3")
+	if !service.SoldOutKnown(e.svc, e.sku) {
+		t.Fatal("the SKU is not on the sold-out fast path after its sold-out batch")
+	}
 	if n := notices.count(); n != 1 {
-		t.Fatalf("%d sold-out notices after two sold-out answers; want 1 (the batch's)", n)
+		t.Fatalf("%d sold-out notices after two sold-out answers; want 1 (the batch's; the fast path's answer tells nobody)", n)
 	}
 }
 
@@ -118,6 +130,7 @@ func TestSoldOutNoticeEndsTheLockWait(t *testing.T) {
 	if service.SoldOutKnown(e.svc, e.sku) {
 		t.Fatal("the SKU is still held sold out after a read found units")
 	}
+	e.waitForLock(t) // in the lock's line again
 
 	if _, err := e.store.SetStock(t.Context(), e.sku, service.StockSetting{Available: 0}); err != nil {
 		t.Fatal(err)
