@@ -226,7 +226,10 @@ func runHistory(t *testing.T, s *histStores, gate, fault string, fencing lockhis
 	if err := reg.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w := lockhistory.Workload{Lockers: lockers, Register: reg, SKU: sku, Ops: size(4, 8), Hold: 5 * time.Millisecond,
+	// 8 ops each in the short run too: with 4, the other clients could
+	// finish theirs before client 0 met the pause, and nobody then took
+	// the lock its pause let go.
+	w := lockhistory.Workload{Lockers: lockers, Register: reg, SKU: sku, Ops: 8, Hold: 5 * time.Millisecond,
 		Wait: 20 * time.Second, Lease: lease,
 		Fault: func(c, i int, _ service.Hold) {
 			if c == 0 && i == histFaultAt {
