@@ -165,3 +165,12 @@ func (c *Client) CPUProfile(ctx context.Context, seconds int) ([]byte, error) {
 	_, err := c.call(ctx, http.MethodGet, api.CPUProfile+"?seconds="+strconv.Itoa(seconds), nil, nil, &raw)
 	return raw, err
 }
+
+// ExecutionTrace records the instance's execution trace (`go tool trace`)
+// for seconds and returns it; like CPUProfile, from the STOCK_PPROF_ADDR
+// listener.
+func (c *Client) ExecutionTrace(ctx context.Context, seconds int) ([]byte, error) {
+	var raw []byte
+	_, err := c.call(ctx, http.MethodGet, api.ExecutionTrace+"?seconds="+strconv.Itoa(seconds), nil, nil, &raw)
+	return raw, err
+}

@@ -273,6 +273,21 @@ func TestCPUProfile(t *testing.T) {
 	}
 }
 
+// TestExecutionTrace asks a real pprof listener for a one-second
+// execution trace.
+func TestExecutionTrace(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(pprof.Trace))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.ExecutionTrace(t.Context(), 1)
+	if err != nil || !bytes.HasPrefix(b, []byte("go 1.")) { // the trace format's header
+		t.Errorf("ExecutionTrace = %d bytes %.10q, %v; want a Go execution trace", len(b), b, err)
+	}
+}
+
 // TestUnpaidCap: StockSetting sends max_unpaid_per_buyer left out (the
 // default), null (NoUnpaidCap) or as a number, Stock reads the cap in
 // force back (nil: none), and unpaid-limit arrives with its members.

@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net/http"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/internal/freeport"
 )
 
@@ -59,8 +58,8 @@ func (p *openProfiler) close() {
 
 // around returns the function that starts both profiles just before a
 // start, each written as <name>.cpu.pb.gz and <name>.trace under the
-// directory; its wait returns when both are written, with the first
-// error. A nil profiler's do nothing.
+// directory; its wait returns when both are written, with their errors.
+// A nil profiler's do nothing.
 func (p *openProfiler) around(ctx context.Context, name string) func(start time.Time) (wait func() error) {
 	return func(start time.Time) func() error {
 		if p == nil {
@@ -72,48 +71,27 @@ func (p *openProfiler) around(ctx context.Context, name string) func(start time.
 
 // fetch starts both profiles of around.
 func (p *openProfiler) fetch(ctx context.Context, start time.Time, name string) (wait func() error) {
+	pprof, err := client.New("http://127.0.0.1:" + strconv.Itoa(p.port.Number))
+	if err != nil {
+		return func() error { return err }
+	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	base := "http://127.0.0.1:" + strconv.Itoa(p.port.Number) + "/debug/pprof/"
-	for path, file := range map[string]string{"profile": name + ".cpu.pb.gz", "trace": name + ".trace"} {
+	errs := make([]error, 2)
+	for i, take := range []struct {
+		file  string
+		fetch func(context.Context, int) ([]byte, error)
+	}{{name + ".cpu.pb.gz", pprof.CPUProfile}, {name + ".trace", pprof.ExecutionTrace}} {
 		wg.Go(func() {
 			waitUntil(ctx, start.Add(-100*time.Millisecond))
-			errs <- fetchTo(ctx, base+path+"?seconds="+strconv.Itoa(openProfileSeconds), filepath.Join(p.dir, file))
+			b, err := take.fetch(ctx, openProfileSeconds)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(p.dir, take.file), b, 0o644) //nolint:gosec // G306: profiles, for people to read
+			}
+			errs[i] = err
 		})
 	}
 	return func() error {
 		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		return errors.Join(errs...)
 	}
-}
-
-// fetchTo writes the body of a GET of url to path.
-func fetchTo(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path) //nolint:gosec // G304: the -open-profile directory
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }

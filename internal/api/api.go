@@ -29,8 +29,10 @@ const (
 	Metrics        = "/metrics"
 	OpenAPIYAML    = "/openapi.yaml"
 	OpenAPIJSON    = "/openapi.json"
-	// CPUProfile is served on STOCK_PPROF_ADDR only, never on the API port.
-	CPUProfile = "/debug/pprof/profile"
+	// CPUProfile and ExecutionTrace are served on STOCK_PPROF_ADDR only,
+	// never on the API port.
+	CPUProfile     = "/debug/pprof/profile"
+	ExecutionTrace = "/debug/pprof/trace"
 )
 
 // NextCursor is the header of an AdminOrders page in CSV that holds the
