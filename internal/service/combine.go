@@ -54,9 +54,9 @@ func (s *Service) placeBatched(ctx context.Context, d Deduction) (Order, error) 
 
 // runBatch places a batch under the SKU lock (the counter's winners: with
 // no lock) in one transaction: the batch's keys read first (while replays
-// are coming: replayWatch), then the lock, then the orders that joined the
-// queue meanwhile, then the stock read, the orders that came during it,
-// the inserts, the versioned UPDATE and COMMIT. A SKU found sold out first
+// are coming: replayWatch), then the lock, then the stock read, the orders
+// that joined the queue meanwhile (withJoined), the inserts, the versioned
+// UPDATE and COMMIT. A SKU found sold out first
 // (here, or at another instance whose notice ends the lock's wait) is
 // answered from reads of the keys instead. Every call of the batch gets
 // its answer (c.done closed) before it returns.
@@ -68,7 +68,6 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	var failed error // the batch's own error, if any
 	defer func() { endSpan(span, "", failed) }()
 	if s.info.Counted { // the counter's winners: no lock, the versioned UPDATE decides
-		batch = s.joinLate(sku, batch, span)
 		var soldOut bool
 		if soldOut, failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch); soldOut {
 			s.tellSoldOut(bctx, sku)
@@ -118,24 +117,19 @@ func (s *Service) runLocked(bctx context.Context, span trace.Span, sku string, b
 		answerAll(batch, err)
 		return err
 	}
-	released := false
-	defer func() {
-		if !released {
-			s.locks.release(bctx, h)
+	soldOut := false
+	defer func() { // told once the lock is free: the publish is no part of the hold
+		if soldOut {
+			s.tellSoldOut(bctx, sku)
 		}
 	}()
+	defer s.locks.release(bctx, h)
 	checked := 0
 	if keysChecked {
 		checked = len(batch)
 	}
-	batch = s.joinLate(sku, batch, span)
-	soldOut, failed := s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
-	s.locks.release(bctx, h)
-	released = true
-	if soldOut { // told once the lock is free: the publish is no part of the hold
-		s.tellSoldOut(bctx, sku)
-	}
-	return failed
+	soldOut, err = s.commitBatch(span, s.batchOf(sku, batch, h, checked), batch)
+	return err
 }
 
 // drainQueue answers the batch, and every order of its SKU queued behind
@@ -209,24 +203,6 @@ func answerAll(batch []*call, err error) {
 	for _, c := range batch {
 		c.Answer(Order{}, err)
 	}
-}
-
-// joinLate adds the orders that joined the queue while the batch read its
-// keys and waited for the lock (up to BatchMax in all): they would
-// otherwise wait a whole round of the lock for the next batch. Their keys
-// are unread; the store checks them (DeductBatch).
-func (s *Service) joinLate(sku string, batch []*call, span trace.Span) []*call {
-	n := s.cfg.BatchMax - len(batch)
-	if n <= 0 {
-		return batch
-	}
-	more := s.queues.More(sku, n)
-	linkSpans(span, more)
-	batch = append(batch, more...)
-	if len(more) > 0 && span.IsRecording() {
-		span.SetAttributes(attrBatchSize.Int(len(batch)))
-	}
-	return batch
 }
 
 // batchOf is the Batch of the calls under hold h, the first checked of
@@ -308,7 +284,8 @@ func (s *Service) commitBatch(span trace.Span, b Batch, batch []*call) (soldOut 
 // every call in *batch (the calls joined in an earlier try included), and
 // its Join takes the SKU's queued orders up to BatchMax into *batch, so the
 // orders that came while the batch waited for the lock and its stock read
-// are placed in this hold.
+// are placed in this hold, not a whole round of the lock later. Their keys
+// are unread; the store checks them.
 func (s *Service) withJoined(span trace.Span, b Batch, batch *[]*call) Batch {
 	for _, c := range (*batch)[len(b.Items):] {
 		b.Items = append(slices.Clip(b.Items), itemOf(c, false))

@@ -161,18 +161,17 @@ func (c *soldOut) mark(sku string) (added bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	until, held := c.until[sku]
-	held = held && now.Before(until)
-	if _, ok := c.until[sku]; !ok && len(c.until) >= c.max {
+	until, ok := c.until[sku]
+	if !ok && len(c.until) >= c.max {
 		for s, until := range c.until { // full: make room from the expired
 			if !now.Before(until) {
 				delete(c.until, s)
 			}
 		}
 	}
-	if _, ok := c.until[sku]; ok || len(c.until) < c.max {
+	if ok || len(c.until) < c.max {
 		c.until[sku] = now.Add(c.ttl)
-		return !held
+		return !ok || !now.Before(until)
 	}
 	return false
 }

@@ -151,9 +151,7 @@ func TestSoldOutNoticeEndsTheLockWait(t *testing.T) {
 func TestSoldOutNoticeReachesAWaitingBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
-	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
-	t.Cleanup(func() { _ = rdb.Close() })
-	events := stockevents.New(rdb, "test-"+uuid.NewString()[:8]+":")
+	events := sharedEvents(t)
 	// a, the instance that finds the sell-out, takes a lock of its own: the
 	// SKU's is held elsewhere for the whole test.
 	a := service.Build(service.Config{Strategy: service.StrategyLockVersion, BatchMax: 64, Events: events, SoldOutTTL: time.Hour},
@@ -187,6 +185,15 @@ func soldOutSoon(t *testing.T, waiting <-chan placed, what string) {
 	case !errors.Is(p.err, service.ErrSoldOut):
 		t.Fatalf("%s = %+v; want ErrSoldOut", what, p)
 	}
+}
+
+// sharedEvents is stock events over the shared Redis, on a prefix of the
+// test's own.
+func sharedEvents(t *testing.T) *stockevents.Redis {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return stockevents.New(rdb, "test-"+uuid.NewString()[:8]+":")
 }
 
 // listenUntilCleanup hands events' messages to s until the test ends,

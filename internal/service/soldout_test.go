@@ -10,11 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/stock/internal/service"
-	"github.com/seckill/stock/internal/stockevents"
-	"github.com/seckill/stock/internal/testserver"
 )
 
 // countingStore counts the store calls an order makes.
@@ -295,10 +292,7 @@ func TestSoldOutFastPathOff(t *testing.T) {
 func TestRestockEventReachesOtherInstances(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, service.Config{})
-	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis})
-	t.Cleanup(func() { _ = rdb.Close() })
-	events := stockevents.New(rdb, "test-"+uuid.NewString()[:8]+":")
-
+	events := sharedEvents(t)
 	ap, _, _ := e.build(service.Config{Events: events, SoldOutTTL: time.Hour})
 	a := ap.Service
 	b, _, _ := e.instance(service.Config{Events: events, SoldOutTTL: time.Hour})

@@ -79,7 +79,7 @@ type ledgerEntry struct {
 // included.
 type Stats struct {
 	Deducts     map[service.Write]int // Deduct calls by Write mode
-	BatchSizes  []int                 // the item count of each DeductBatch call, in call order
+	BatchSizes  []int                 // the item count of each DeductBatch call (joined items included), in call order
 	KeysChecked []int                 // each DeductBatch call's items with KeyChecked, in call order
 	SetStocks   int
 }
@@ -818,7 +818,8 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	if err := ctxErr(ctx, "deduct batch"); err != nil {
 		return nil, nil, err
 	}
-	if err := m.countBatch(b); err != nil {
+	call, err := m.countBatch(b)
+	if err != nil {
 		return nil, nil, err
 	}
 	snap, err := m.read(b.SKU)
@@ -829,6 +830,7 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 		return nil, nil, err
 	}
 	b.TakeJoined()
+	m.countJoined(call, b)
 	row := m.rowLock(b.SKU)
 	defer row.Unlock()
 	m.mu.Lock()
@@ -868,9 +870,9 @@ func (m *MemStore) DeductBatch(ctx context.Context, b service.Batch) ([]service.
 	return orders, plan.Errs, nil
 }
 
-// countBatch records the batch in the stats and returns an injected
-// failure, if one is due.
-func (m *MemStore) countBatch(b service.Batch) error {
+// countBatch records the batch in the stats and returns its call's index
+// there and an injected failure, if one is due.
+func (m *MemStore) countBatch(b service.Batch) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stats.BatchSizes = append(m.stats.BatchSizes, len(b.Items))
@@ -881,7 +883,15 @@ func (m *MemStore) countBatch(b service.Batch) error {
 		}
 	}
 	m.stats.KeysChecked = append(m.stats.KeysChecked, checked)
-	return m.injected(true)
+	return len(m.stats.BatchSizes) - 1, m.injected(true)
+}
+
+// countJoined records the size of call's batch with its joined items (their
+// keys unread).
+func (m *MemStore) countJoined(call int, b service.Batch) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stats.BatchSizes[call] = len(b.Items)
 }
 
 // allowFor is the batch's per-buyer check for service.PlanBatch (forBuyer
