@@ -58,6 +58,12 @@ type outboxRun struct {
 	// sink had its events, in s (-1: not within the bound).
 	warmDrain float64
 	cpu       []cpuShare
+	// box is the whole box's busy cores over the measured time (wrk's
+	// included; 0 if unknown).
+	box float64
+	// received is, per sink, the events it first received per second of
+	// the measured time.
+	received map[string]float64
 }
 
 // outboxRows is what one database's outbox holds for its SKU.
@@ -292,7 +298,7 @@ func outboxOnce(ctx context.Context, o options, s *outboxSide, round int, files 
 	d := max(time.Second, o.outbox.duration.Truncate(time.Second))
 	name := fmt.Sprintf("round %d: sinks %s", round, s.name())
 	procs := outboxProcs(f, natsPID)
-	before, t0 := groupsCPU(procs), time.Now()
+	before, box0, t0 := groupsCPU(procs), boxCPU(), time.Now()
 	for _, r := range recs {
 		r.open(t0)
 	}
@@ -300,10 +306,14 @@ func outboxOnce(ctx context.Context, o options, s *outboxSide, round int, files 
 		return run, err
 	}
 	t1 := time.Now()
+	after, box1, secs := groupsCPU(procs), boxCPU(), t1.Sub(t0).Seconds()
+	run.received = map[string]float64{}
 	for _, r := range recs {
-		r.shut(t1)
+		run.received[r.sink] = float64(r.shut(t1)) / secs
 	}
-	after, secs := groupsCPU(procs), t1.Sub(t0).Seconds()
+	if box0 > 0 {
+		run.box = (box1 - box0) / secs
+	}
 	for i, g := range procs {
 		run.cpu = append(run.cpu, cpuShare{g.name, (after[i] - before[i]) / secs})
 	}
@@ -330,14 +340,14 @@ func outboxProcs(f *fleet.Fleet, natsPID func() []int) []procGroup {
 		pids = append(pids, in.PID())
 	}
 	groups := []procGroup{
-		{"instances", func() []int { return pids }},
+		{cpuInstances, func() []int { return pids }},
 		{"MySQL", pidsNamed("mariadbd", "mysqld")},
 		{"Redis", pidsNamed("redis-server")},
 	}
 	if natsPID != nil {
-		groups = append(groups, procGroup{"nats-server", natsPID})
+		groups = append(groups, procGroup{cpuNATS, natsPID})
 	}
-	return append(groups, procGroup{"demo (receivers)", func() []int { return []int{os.Getpid()} }})
+	return append(groups, procGroup{cpuReceivers, func() []int { return []int{os.Getpid()} }})
 }
 
 // groupsCPU is each group's CPU seconds so far.
@@ -479,6 +489,7 @@ func (r outboxResult) goals() (lines []string, passed bool) {
 			strings.Join(lag, "; "), met(worst < 1000)))
 		lines = append(lines, fmt.Sprintf("the events written in the warm-ups, on instances just started in place of stopped ones: p99 up to %.0f ms, max %.0f ms.", outP99, outMax))
 	}
+	lines = append(lines, r.bounds()...)
 	for _, side := range []struct {
 		name string
 		rows outboxRows
@@ -566,7 +577,11 @@ func (run outboxRun) cpuText() string {
 	if p := run.wrk.placed(); p > 0 {
 		per = fmt.Sprintf("%.0f ms", all/p*1e6)
 	}
-	return fmt.Sprintf("%.2f cores (%s); %s per 1000 orders", all, strings.Join(parts, ", "), per)
+	box := ""
+	if run.box > 0 {
+		box = fmt.Sprintf("; the whole box busy %.2f cores", run.box)
+	}
+	return fmt.Sprintf("%.2f cores (%s); %s per 1000 orders%s", all, strings.Join(parts, ", "), per, box)
 }
 
 // drainText is how the run's events reached the sinks after the warm-up
@@ -596,7 +611,7 @@ func writeOutboxDoc(ctx context.Context, path, target string, r outboxResult) er
 		"%d rounds, each of one run per side, in the order off, on, then on, off, ... so a steady drift in the machine's load falls on both sides alike. "+
 		"After a run with sinks the instances keep running until every receiver has every event of the SKU (at most %v).\n\n",
 		r.instances, max(1, r.conns/max(1, r.instances)), r.conns, r.sinkText(), r.duration, len(r.runs)/2, r.drainBound)
-	b.WriteString("The CPU column is each process group's CPU over the measured time, in cores, read from /proc (wrk's own is not in it).\n\n")
+	b.WriteString("The CPU column is each process group's CPU over the measured time, in cores, read from /proc (wrk's own is not in it), and the whole box's busy time (/proc/stat: all but idle and iowait, wrk's included).\n\n")
 	b.WriteString("| run | orders placed/s | p50 ms | p99 ms | statuses | errors | CPU | delivery after the warm-up and after wrk |\n|---|--:|--:|--:|---|---|---|---|\n")
 	for _, run := range r.runs {
 		var st []string

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -229,5 +230,40 @@ func TestWriteOutboxDoc(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the document lacks %q:\n%s", want, b)
 		}
+	}
+}
+
+// The bounds come from the runs' own figures: the box's CPU per order
+// without sinks, the peers' with them (the demo's own share without sinks
+// taken off), and the webhook's receipts per second.
+func TestOutboxBounds(t *testing.T) {
+	r := outboxResult{
+		runs: []outboxRun{
+			{on: false, round: 1, wrk: wrkRun{perSec: 8000, statuses: map[int]int64{http.StatusCreated: 1}}, box: 1.6, cpu: []cpuShare{{cpuInstances, 0.7}, {cpuReceivers, 0.02}}},
+			{on: true, round: 1, wrk: wrkRun{perSec: 5000, statuses: map[int]int64{http.StatusCreated: 1}}, box: 1.7, drain: 4, backlog: 12000,
+				cpu:      []cpuShare{{cpuInstances, 0.6}, {cpuNATS, 0.1}, {cpuReceivers, 0.32}},
+				received: map[string]float64{"webhook": 3000, "nats": 5000}},
+		},
+	}
+	r.machine.Cores = 2
+	perOrder, peers, bound, ok := r.freeRelayBound()
+	if !ok || perOrder != 200 || peers != 80 || fmt.Sprintf("%.4f", bound) != "0.7143" {
+		t.Fatalf("freeRelayBound() = %v, %v, %v, %v; want 200 µs, 80 µs, 0.7143, true", perOrder, peers, bound, ok)
+	}
+	text := strings.Join(r.bounds(), "\n")
+	for _, want := range []string{"sinks on <= 200/(200+80) = 0.71x of sinks off",
+		"round 1: 3000 events/s received while orders were placed at 5000/s, 3000/s once wrk stopped"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("bounds() =\n%s\nwant %q", text, want)
+		}
+	}
+
+	r.runs[0].box = 0 // no box figures: no bound, and no webhook line without its receipts
+	r.runs[1].received = nil
+	if _, _, _, ok := r.freeRelayBound(); ok {
+		t.Error("freeRelayBound() without the box's CPU = ok; want not ok")
+	}
+	if got := r.bounds(); len(got) != 0 {
+		t.Errorf("bounds() without figures = %q; want none", got)
 	}
 }

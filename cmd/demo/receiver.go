@@ -31,6 +31,7 @@ type lagRecorder struct {
 	outside  map[int64]int64 // the others'
 	last     map[string]int64
 	received int64 // first receipts
+	atOpen   int64 // received when the window opened
 	dups     int64 // a Seq at or below the SKU's last: a redelivery
 	gaps     int64 // a Seq more than one past the SKU's last
 	bad      int64 // refused: a bad signature or body
@@ -47,14 +48,16 @@ func newLagRecorder(sink string) *lagRecorder {
 // in a window still count in it when they arrive after it is shut.
 func (r *lagRecorder) open(t time.Time) {
 	r.mu.Lock()
-	r.from, r.to = t, time.Time{}
+	r.from, r.to, r.atOpen = t, time.Time{}, r.received
 	r.mu.Unlock()
 }
 
-func (r *lagRecorder) shut(t time.Time) {
+// shut returns the events first received while the window was open.
+func (r *lagRecorder) shut(t time.Time) int64 {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.to = t
-	r.mu.Unlock()
+	return r.received - r.atOpen
 }
 
 // record notes e, received at at.

@@ -117,8 +117,21 @@ func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 	}
 	h := &hold{d: d, sku: sku, c: c, sent: c.Seq, marked: time.Now()}
 	var idle time.Time
+	var ahead <-chan page // the page after the one being sent, read meanwhile
+	defer func() {
+		if ahead != nil { // a page read for nothing: let its read end first
+			<-ahead
+		}
+	}()
 	for ctx.Err() == nil {
-		evs, err := r.store.After(ctx, sku, h.sent, r.cfg.Batch)
+		var evs []events.Event
+		var err error
+		if ahead != nil {
+			p := <-ahead
+			evs, err, ahead = p.evs, p.err, nil
+		} else {
+			evs, err = r.store.After(ctx, sku, h.sent, r.cfg.Batch)
+		}
 		if err != nil && ctx.Err() != nil {
 			break
 		}
@@ -139,6 +152,9 @@ func (d *dispatcher) work(ctx context.Context, sku string) time.Duration {
 			continue
 		}
 		idle = time.Time{}
+		if len(evs) == r.cfg.Batch { // a backlog: read on while these go
+			ahead = h.readAfter(ctx, evs[len(evs)-1].Seq)
+		}
 		if wait, held := h.deliver(ctx, evs); !held || wait > 0 {
 			return max(wait, time.Millisecond)
 		}
@@ -159,6 +175,26 @@ type hold struct {
 	c      Cursor
 	sent   int64
 	marked time.Time
+}
+
+// page is a read of a SKU's events.
+type page struct {
+	evs []events.Event
+	err error
+}
+
+// readAfter reads, in the background, the SKU's page of events after seq:
+// the next one while a full page is sent, so that a SKU with a backlog
+// does not wait for MySQL between pages. The page is used only when every
+// event before it was sent; otherwise it is dropped unread.
+func (h *hold) readAfter(ctx context.Context, seq int64) <-chan page {
+	out := make(chan page, 1)
+	r := h.d.r
+	go func() {
+		evs, err := r.store.After(ctx, h.sku, seq, r.cfg.Batch)
+		out <- page{evs, err}
+	}()
+	return out
 }
 
 // markEvery is how often a hold writes its cursor while it sends: what a

@@ -23,13 +23,13 @@ import (
 )
 
 // newStore opens a store on a fresh, migrated database.
-func newStore(t *testing.T) *repo.Store {
+func newStore(t testing.TB) *repo.Store {
 	t.Helper()
 	return openStore(t, testserver.Database(t))
 }
 
 // openStore opens a store on dsn's database, migrated.
-func openStore(t *testing.T, dsn string) *repo.Store {
+func openStore(t testing.TB, dsn string) *repo.Store {
 	t.Helper()
 	s, err := repo.Open(context.Background(), dsn, repo.Options{MaxOpenConns: 8})
 	if err != nil {
@@ -469,5 +469,38 @@ func TestBatchRefusedPartWay(t *testing.T) {
 	checkSeqs(t, b.events(), want)
 	if !refused.Load() {
 		t.Error("the refusal never happened")
+	}
+}
+
+// A SKU with a backlog is sent page after page, the next page read while
+// one is sent; a failed attempt mid-page drops the page read ahead, and
+// the retry goes on from the event that failed: every event once, in order.
+func TestReadAheadKeepsTheOrder(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	if _, err := s.SetStock(ctx, "R", service.StockSetting{Available: 100}); err != nil {
+		t.Fatal(err)
+	}
+	var items []service.BatchItem
+	for i := range 24 {
+		items = append(items, service.BatchItem{Buyer: "u", Key: fmt.Sprintf("r%d", i), RequestHash: "h", Quantity: 1})
+	}
+	if _, _, err := s.DeductBatch(ctx, service.Batch{SKU: "R", Items: items}); err != nil {
+		t.Fatal(err)
+	}
+	failed := map[int64]bool{}
+	a := &recorder{name: "a", fail: func(e events.Event) error {
+		if (e.Seq == 10 || e.Seq == 17) && !failed[e.Seq] { // the second of a page, the first of one
+			failed[e.Seq] = true
+			return errors.New("refused once")
+		}
+		return nil
+	}}
+	runWith(t, s, outbox.Config{Owner: "r1", Targets: []outbox.Target{{Sink: a}}, Batch: 4})
+	waitFor(t, "the 25 events of R", func() bool { return len(a.events()) == 25 })
+	checkSeqs(t, a.events(), map[string]int{"R": 25})
+	if !failed[10] || !failed[17] {
+		t.Errorf("attempts refused: %v; want seq 10 and 17", failed)
 	}
 }
