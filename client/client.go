@@ -166,6 +166,15 @@ func (c *Client) CPUProfile(ctx context.Context, seconds int) ([]byte, error) {
 	return raw, err
 }
 
+// AllocProfile returns the allocations the instance made over the next
+// seconds (a pprof allocation profile of that span only); like CPUProfile,
+// from the STOCK_PPROF_ADDR listener.
+func (c *Client) AllocProfile(ctx context.Context, seconds int) ([]byte, error) {
+	var raw []byte
+	_, err := c.call(ctx, http.MethodGet, api.AllocProfile+"?seconds="+strconv.Itoa(seconds), nil, nil, &raw)
+	return raw, err
+}
+
 // ExecutionTrace records the instance's execution trace (`go tool trace`)
 // for seconds and returns it; like CPUProfile, from the STOCK_PPROF_ADDR
 // listener.

@@ -273,6 +273,21 @@ func TestCPUProfile(t *testing.T) {
 	}
 }
 
+// TestAllocProfile asks a real pprof listener (its index, which serves
+// the named profiles) for a one-second allocation profile.
+func TestAllocProfile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(pprof.Index))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.AllocProfile(t.Context(), 1)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("AllocProfile = %d bytes %.4x, %v; want a gzipped pprof profile", len(b), b, err)
+	}
+}
+
 // TestExecutionTrace asks a real pprof listener for a one-second
 // execution trace.
 func TestExecutionTrace(t *testing.T) {

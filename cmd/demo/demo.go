@@ -596,6 +596,7 @@ func runStrategy(ctx context.Context, o options, p phase, strategy, runID, token
 		for _, in := range f.Instances {
 			pids = append(pids, in.PID())
 		}
+		prof.dsn, prof.redisAddr, prof.instances = dsn, o.redis, len(pids)
 		prof.procs = []procGroup{
 			{fmt.Sprintf("the %d stock instances", len(pids)), func() []int { return pids }},
 			{"MySQL (mariadbd, mysqld)", pidsNamed("mariadbd", "mysqld")},

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"os"
@@ -10,8 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/stock/client"
 	"github.com/seckill/stock/loadtest/driver"
@@ -27,6 +31,12 @@ type profiler struct {
 	err   chan error
 	procs []procGroup // the machine's CPU over the profile's window, by process
 	split []cpuShare
+
+	dsn, redisAddr string       // the run's database and Redis, for the window's counters
+	instances      int          // the instances the orders spread over
+	window         serverCounts // the counters' change over the window
+	secs           float64      // the window's length
+	allocs         []byte       // instance 0's allocation profile over the window
 }
 
 // procGroup is processes whose CPU is counted together.
@@ -71,24 +81,60 @@ func (p *profiler) start(ctx context.Context) {
 			return
 		case <-time.After(profileDelay):
 		}
-		before := p.cpu()
-		t0 := time.Now()
-		pprof, err := client.New("http://" + p.addr)
+		b, err := p.record(ctx)
 		if err != nil {
 			p.err <- err
 			return
 		}
-		b, err := pprof.CPUProfile(ctx, profileSeconds)
-		after, secs := p.cpu(), time.Since(t0).Seconds()
-		for i, g := range p.procs {
-			p.split = append(p.split, cpuShare{g.name, (after[i] - before[i]) / secs})
-		}
-		if err != nil {
-			p.err <- fmt.Errorf("pprof: %w", err)
-			return
-		}
 		p.got <- b
 	}()
+}
+
+// record takes instance 0's CPU and allocation profiles over the next
+// profileSeconds, the process groups' CPU and the servers' counters over
+// the same window, and returns the CPU profile.
+func (p *profiler) record(ctx context.Context) ([]byte, error) {
+	pprof, err := client.New("http://" + p.addr)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("mysql", p.dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = db.Close() }()
+	rdb := redis.NewClient(&redis.Options{Addr: p.redisAddr})
+	defer func() { _ = rdb.Close() }()
+	c0, err := readCounts(ctx, db, rdb)
+	if err != nil {
+		return nil, fmt.Errorf("the servers' counters: %w", err)
+	}
+	before := p.cpu()
+	t0 := time.Now()
+	allocs := make(chan error, 1)
+	go func() {
+		var err error
+		p.allocs, err = pprof.AllocProfile(ctx, profileSeconds)
+		allocs <- err
+	}()
+	b, err := pprof.CPUProfile(ctx, profileSeconds)
+	after := p.cpu()
+	p.secs = time.Since(t0).Seconds()
+	if aerr := <-allocs; err == nil && aerr != nil {
+		err = aerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pprof: %w", err)
+	}
+	c1, err := readCounts(ctx, db, rdb)
+	if err != nil {
+		return nil, fmt.Errorf("the servers' counters: %w", err)
+	}
+	p.window = c1.since(c0)
+	for i, g := range p.procs {
+		p.split = append(p.split, cpuShare{g.name, (after[i] - before[i]) / p.secs})
+	}
+	return b, nil
 }
 
 // cpu is each group's CPU seconds so far.
@@ -208,7 +254,8 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 		fmt.Fprintf(&b, "| all of these | %.2f |\n\n", total)
 	}
 	b.WriteString("## Where the instance's CPU goes\n\nShare of samples whose stack includes the part (they overlap: a MySQL read is also a syscall).\n\n| part | share of samples |\n|---|---|\n")
-	for _, sh := range profileShares {
+	shares := make([]float64, len(profileShares))
+	for i, sh := range profileShares {
 		// Every node shown: their flat times sum to the focused samples.
 		out, err := pprof("-top", "-nodecount=1000000", "-focus="+sh.focus)
 		if err != nil {
@@ -217,9 +264,16 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 		share := "0%"
 		if mm := showingRE.FindStringSubmatch(out); mm != nil {
 			share = mm[1] + "%"
+			shares[i], _ = strconv.ParseFloat(mm[1], 64)
 		}
 		fmt.Fprintf(&b, "| %s | %s |\n", sh.name, share)
 	}
+	b.WriteString("\n")
+	allocBytes, allocObjects, err := allocTotals(ctx, o.goTool, p.allocs)
+	if err != nil {
+		return err
+	}
+	writePerOrder(&b, p, shares, allocBytes, allocObjects)
 	cum, err := pprof("-top", "-cum", "-nodecount=40")
 	if err != nil {
 		return err
@@ -228,7 +282,7 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(&b, "\n## Top functions by cumulative time\n\n```\n%s```\n\n## Top functions by own time\n\n```\n%s```\n", cum, flat)
+	fmt.Fprintf(&b, "## Top functions by cumulative time\n\n```\n%s```\n\n## Top functions by own time\n\n```\n%s```\n", cum, flat)
 	return os.WriteFile(o.profile, []byte(b.String()), 0o644) //nolint:gosec // G306: a document of the repo, for people to read
 }
 

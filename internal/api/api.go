@@ -29,9 +29,10 @@ const (
 	Metrics        = "/metrics"
 	OpenAPIYAML    = "/openapi.yaml"
 	OpenAPIJSON    = "/openapi.json"
-	// CPUProfile and ExecutionTrace are served on STOCK_PPROF_ADDR only,
-	// never on the API port.
+	// CPUProfile, AllocProfile and ExecutionTrace are served on
+	// STOCK_PPROF_ADDR only, never on the API port.
 	CPUProfile     = "/debug/pprof/profile"
+	AllocProfile   = "/debug/pprof/allocs"
 	ExecutionTrace = "/debug/pprof/trace"
 )
 
