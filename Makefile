@@ -152,6 +152,6 @@ demo-gates: build ## each STOCK_LOCK_BACKEND (DEMO_GATES) with the backstop, the
 demo-wrk: build ## /healthz and lock+version orders on one hot SKU under wrk; checks the sale in MySQL; docs/results/wrk.md
 	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -phases wrk -out loadtest/out -wrk-doc docs/results/wrk.md -target demo-wrk $(DEMO_FLAGS)
 
-profile: build ## a longer lock+version run with a CPU profile of one instance; docs/profile.md
+profile: build ## a longer lock+version run with a CPU and an allocation profile of one instance, and the window's cost per order (CPU, MySQL statements and rows, Redis commands, allocations); docs/profile.md
 	$(GO) run ./cmd/demo -bin bin/stock -strategies lock+version -tp-buyers 150000 \
 		-tp-concurrency $(DEMO_TP_CONCURRENCY) -out loadtest/out -phases ceiling,throughput -profile docs/profile.md $(DEMO_FLAGS)

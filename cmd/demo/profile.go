@@ -218,8 +218,8 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 	if err := os.WriteFile(pb, profile, 0o644); err != nil { //nolint:gosec // G306: the raw profile beside its document, for people to read
 		return err
 	}
-	pprof := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, o.goTool, append([]string{"tool", "pprof"}, append(args, pb)...)...) //nolint:gosec // G204: the go tool on the profile the demo wrote
+	pprofOf := func(file string, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, o.goTool, append([]string{"tool", "pprof"}, append(args, file)...)...) //nolint:gosec // G204: the go tool on the profile the demo wrote
 		var out, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &stderr
 		if err := cmd.Run(); err != nil {
@@ -227,6 +227,7 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 		}
 		return out.String(), nil
 	}
+	pprof := func(args ...string) (string, error) { return pprofOf(pb, args...) }
 	var b strings.Builder
 	m := res.Machine
 	b.WriteString(report.Header("CPU profile of one instance at the throughput phase's rate", "profile", report.Commit(ctx), time.Now(), m))
@@ -269,9 +270,18 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 		fmt.Fprintf(&b, "| %s | %s |\n", sh.name, share)
 	}
 	b.WriteString("\n")
-	allocBytes, allocObjects, err := allocTotals(ctx, o.goTool, p.allocs)
-	if err != nil {
-		return err
+	allocBytes, allocObjects, allocTop := -1.0, -1.0, ""
+	if len(p.allocs) > 0 {
+		apb := strings.TrimSuffix(pb, ".pb.gz") + ".allocs.pb.gz"
+		if err := os.WriteFile(apb, p.allocs, 0o644); err != nil { //nolint:gosec // G306: the raw profile beside its document, for people to read
+			return err
+		}
+		if allocBytes, allocObjects, err = allocTotals(ctx, o.goTool, apb); err != nil {
+			return err
+		}
+		if allocTop, err = pprofOf(apb, "-sample_index=alloc_space", "-top", "-nodecount=25"); err != nil {
+			return err
+		}
 	}
 	writePerOrder(&b, p, shares, allocBytes, allocObjects)
 	cum, err := pprof("-top", "-cum", "-nodecount=40")
@@ -283,6 +293,9 @@ func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte
 		return err
 	}
 	fmt.Fprintf(&b, "## Top functions by cumulative time\n\n```\n%s```\n\n## Top functions by own time\n\n```\n%s```\n", cum, flat)
+	if allocTop != "" {
+		fmt.Fprintf(&b, "\n## Instance 0's allocations by function, bytes over the window (`%s`)\n\n```\n%s```\n", filepath.Base(strings.TrimSuffix(pb, ".pb.gz")+".allocs.pb.gz"), allocTop)
+	}
 	return os.WriteFile(o.profile, []byte(b.String()), 0o644) //nolint:gosec // G306: a document of the repo, for people to read
 }
 

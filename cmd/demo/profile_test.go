@@ -55,7 +55,8 @@ func TestProfileDoc(t *testing.T) {
 	// pprof's tables are there; which functions head them depends on where
 	// the samples fell (under the race detector, often in its runtime).
 	for _, want := range []string{"Samples: ", "| the test | 0.90 |", "orders/s = 0.100x", "## Top functions by cumulative time", "flat%",
-		"## Per order", "| the test | 9000.0 |", "| MySQL Questions | 2.500 |", "| Redis evalsha | 0.500 |", "per order of its share"} {
+		"## Per order", "| the test | 9000.0 |", "| MySQL Questions | 2.500 |", "| Redis evalsha | 0.500 |", "per order of its share",
+		"## Instance 0's allocations by function, bytes over the window (`profile.allocs.pb.gz`)", "alloc_space"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("profile document lacks %q:\n%s", want, doc)
 		}

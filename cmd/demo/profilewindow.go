@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -118,7 +117,7 @@ func writePerOrder(b *strings.Builder, p *profiler, shares []float64, allocBytes
 			fmt.Fprintf(b, "| %s | %.1f |\n", sh.name, inst*shares[i]/100)
 		}
 	}
-	b.WriteString("\nMySQL (SHOW GLOBAL STATUS, the whole server) and Redis (INFO commandstats) per order:\n\n| counter | per order |\n|---|--:|\n")
+	b.WriteString("\nMySQL (SHOW GLOBAL STATUS, the whole server) and Redis (INFO commandstats, which counts the commands a script runs beside its EVALSHA) per order:\n\n| counter | per order |\n|---|--:|\n")
 	for _, k := range mysqlCounters {
 		if v, ok := w.mysql[k]; ok {
 			fmt.Fprintf(b, "| MySQL %s | %.3f |\n", k, float64(v)/n)
@@ -135,26 +134,11 @@ func writePerOrder(b *strings.Builder, p *profiler, shares []float64, allocBytes
 	}
 }
 
-// allocTotals is the bytes and objects an allocation profile counts, as
-// `go tool pprof` totals them; -1, -1 for no profile.
-func allocTotals(ctx context.Context, goTool string, profile []byte) (bytes, objects float64, err error) {
-	if len(profile) == 0 {
-		return -1, -1, nil
-	}
-	f, err := os.CreateTemp("", "stock-allocs-*.pb.gz")
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { _ = os.Remove(f.Name()) }()
-	if _, err := f.Write(profile); err != nil {
-		_ = f.Close()
-		return 0, 0, err
-	}
-	if err := f.Close(); err != nil {
-		return 0, 0, err
-	}
+// allocTotals is the bytes and objects the allocation profile at path
+// counts, as `go tool pprof` totals them.
+func allocTotals(ctx context.Context, goTool, path string) (bytes, objects float64, err error) {
 	total := func(index string) (float64, error) {
-		cmd := exec.CommandContext(ctx, goTool, "tool", "pprof", "-sample_index="+index, "-unit=B", "-top", "-nodecount=1", f.Name()) //nolint:gosec // G204: the go tool on the profile the demo wrote
+		cmd := exec.CommandContext(ctx, goTool, "tool", "pprof", "-sample_index="+index, "-unit=B", "-top", "-nodecount=1", path) //nolint:gosec // G204: the go tool on the profile the demo wrote
 		out, err := cmd.Output()
 		if err != nil {
 			return 0, fmt.Errorf("go tool pprof -sample_index=%s: %w", index, err)
