@@ -68,9 +68,10 @@ func (s *Service) runBatch(sku string, batch []*call) {
 	var failed error // the batch's own error, if any
 	defer func() { endSpan(span, "", failed) }()
 	if s.info.Counted { // the counter's winners: no lock, the versioned UPDATE decides
+		seq := s.seqs.known(sku) // as runLocked's: the notice's, read before the write
 		var soldOut bool
 		if soldOut, failed = s.commitBatch(span, s.batchOf(sku, batch, unlocked{}, 0), batch); soldOut {
-			s.tellSoldOut(bctx, sku)
+			s.tellSoldOut(bctx, sku, seq)
 		}
 		return
 	}
@@ -117,10 +118,13 @@ func (s *Service) runLocked(bctx context.Context, span trace.Span, sku string, b
 		answerAll(batch, err)
 		return err
 	}
-	soldOut := false
+	// The notice carries the restock sequence known before the write read
+	// the row, never a newer one learnt before it is published (a return
+	// meanwhile): it must not outdate that return at the listeners.
+	soldOut, seq := false, s.seqs.known(sku)
 	defer func() { // told once the lock is free: the publish is no part of the hold
 		if soldOut {
-			s.tellSoldOut(bctx, sku)
+			s.tellSoldOut(bctx, sku, seq)
 		}
 	}()
 	defer s.locks.release(bctx, h)

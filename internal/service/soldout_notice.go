@@ -85,16 +85,17 @@ func (s *Service) SoldOut(sku string, seq int64) {
 	s.waits.end(sku)
 }
 
-// tellSoldOut publishes that MySQL found sku sold out (nothing without
-// Events, or while Redis is skipped). A failed publish is only logged:
-// the other instances learn it from their own next batch.
-func (s *Service) tellSoldOut(ctx context.Context, sku string) {
+// tellSoldOut publishes that MySQL found sku sold out with its restock
+// sequence at most seq (nothing without Events, or while Redis is
+// skipped). A failed publish is only logged: the other instances learn it
+// from their own next batch.
+func (s *Service) tellSoldOut(ctx context.Context, sku string, seq int64) {
 	if s.cfg.Events == nil || s.redis.skip() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), soldOutPublishTimeout)
 	defer cancel()
-	if err := s.cfg.Events.SoldOut(ctx, sku, s.seqs.known(sku)); err != nil {
+	if err := s.cfg.Events.SoldOut(ctx, sku, seq); err != nil {
 		s.log.DebugContext(ctx, "telling the other instances a SKU sold out failed", "sku", sku, "err", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +21,29 @@ import (
 type soldOutNotices struct {
 	mu   sync.Mutex
 	skus []string
+	seqs []int64
 }
 
 func (n *soldOutNotices) StockChanged(context.Context, string, int64) error { return nil }
 
-func (n *soldOutNotices) SoldOut(_ context.Context, sku string, _ int64) error {
+func (n *soldOutNotices) SoldOut(_ context.Context, sku string, seq int64) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.skus = append(n.skus, sku)
+	n.skus, n.seqs = append(n.skus, sku), append(n.seqs, seq)
 	return nil
+}
+
+// waitFor waits up to 5s for a notice and returns the first one's seq.
+func (n *soldOutNotices) waitFor(t *testing.T) int64 {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); n.count() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no sold-out notice 5s after a batch was answered sold out")
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.seqs[0]
 }
 
 func (n *soldOutNotices) count() int {
@@ -89,12 +104,7 @@ func TestSoldOutBatchTellsTheOtherInstances(t *testing.T) {
 		}
 	}
 	soldOut("k2")
-	// Published once the batch has answered and released the lock.
-	for deadline := time.Now().Add(5 * time.Second); notices.count() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no sold-out notice 5s after a batch was answered sold out")
-		}
-	}
+	notices.waitFor(t) // published once the batch has answered and released the lock
 	soldOut("k3")
 	if !service.SoldOutKnown(e.svc, e.sku) {
 		t.Fatal("the SKU is not on the sold-out fast path after its sold-out batch")
@@ -225,4 +235,41 @@ func (l *subscribedListener) StockChanged(sku string, seq int64) {
 		l.once.Do(func() { close(l.subscribed) })
 	}
 	l.Service.StockChanged(sku, seq)
+}
+
+// A notice is dated by the restock sequence its batch knew before it read
+// the row, not by one learnt between that read and the publish (a return
+// at this instance meanwhile): dated after the return, it would put the
+// SKU back on every listener's sold-out path with the returned unit on
+// sale, and end their batches' waits for nothing.
+func TestSoldOutNoticeIsDatedBeforeItsRead(t *testing.T) {
+	t.Parallel()
+	notices := &soldOutNotices{}
+	var learnt atomic.Pointer[func()]
+	e := newEnv(t, service.Config{Events: notices, SoldOutTTL: time.Hour, CriticalSectionHook: func() {
+		if f := learnt.Load(); f != nil {
+			(*f)()
+		}
+	}})
+	e.setStock(t, 1)
+	before := service.KnownRestockSeq(e.svc, e.sku)
+	learn := func() { e.svc.StockChanged(e.sku, before+1000) } // inside the batch's transaction, after its read
+	learnt.Store(&learn)
+	// Two orders in one batch: the lock held elsewhere while both queue.
+	h := e.holdSKU(t)
+	first := e.placeAsync(t.Context(), "k1")
+	e.waitForLock(t)
+	second := e.placeAsync(t.Context(), "k2")
+	e.waitInQueue(t, 1)
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a, okA := answered(first, 10*time.Second)
+	b, okB := answered(second, 10*time.Second)
+	if !okA || !okB || a.err != nil || !errors.Is(b.err, service.ErrSoldOut) {
+		t.Fatalf("the batch's answers: %+v %v, %+v %v; want k1 placed, k2 sold out", a, okA, b, okB)
+	}
+	if seq := notices.waitFor(t); seq >= before+1000 {
+		t.Errorf("the sold-out notice is dated %d, after the restock sequence %d learnt during its batch; want at most %d", seq, before+1000, before)
+	}
 }
