@@ -258,33 +258,30 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestCPUProfile asks a real pprof listener (net/http/pprof, as
-// STOCK_PPROF_ADDR serves it) for a one-second profile.
-func TestCPUProfile(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(pprof.Profile))
-	defer srv.Close()
-	c, err := client.New(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.CPUProfile(t.Context(), 1)
-	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b { // a gzipped profile
-		t.Errorf("CPUProfile = %d bytes %.4x, %v; want a gzipped pprof profile", len(b), b, err)
-	}
-}
-
-// TestAllocProfile asks a real pprof listener (its index, which serves
-// the named profiles) for a one-second allocation profile.
-func TestAllocProfile(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(pprof.Index))
-	defer srv.Close()
-	c, err := client.New(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.AllocProfile(t.Context(), 1)
-	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
-		t.Errorf("AllocProfile = %d bytes %.4x, %v; want a gzipped pprof profile", len(b), b, err)
+// TestProfiles asks a real pprof listener (net/http/pprof, as
+// STOCK_PPROF_ADDR serves it) for a one-second CPU profile and a
+// one-second allocation profile (its index serves the named profiles).
+func TestProfiles(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		serve http.HandlerFunc
+		fetch func(*client.Client, context.Context, int) ([]byte, error)
+	}{
+		{"CPUProfile", pprof.Profile, (*client.Client).CPUProfile},
+		{"AllocProfile", pprof.Index, (*client.Client).AllocProfile},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(c.serve)
+			defer srv.Close()
+			cl, err := client.New(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := c.fetch(cl, t.Context(), 1)
+			if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b { // a gzipped profile
+				t.Errorf("%s = %d bytes %.4x, %v; want a gzipped pprof profile", c.name, len(b), b, err)
+			}
+		})
 	}
 }
 

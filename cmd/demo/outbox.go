@@ -260,23 +260,12 @@ func outboxRounds(ctx context.Context, o options, sides map[bool]*outboxSide, fi
 func outboxOnce(ctx context.Context, o options, s *outboxSide, round int, files wrkFiles, token, runID string, recs []*lagRecorder, natsPID func() []int) (outboxRun, error) {
 	run := outboxRun{on: s.on, round: round}
 	_, _ = fmt.Fprintf(o.logw, "demo: outbox: round %d, sinks %s\n", round, s.name())
-	env := unlimitedEnv()
-	maps.Copy(env, s.env)
-	f, err := fleet.Start(ctx, fleet.Config{
-		Bin: o.bin, N: o.instances, DSN: s.dsn, RedisAddr: o.redis, AdminToken: token, Strategy: "lock+version",
-		LogDir: filepath.Join(o.out, "logs"), Name: fmt.Sprintf("outbox-%s-%d", s.name(), round), Env: env,
-	})
+	f, err := startOutboxFleet(ctx, o, s, round, token)
 	if err != nil {
 		return run, err
 	}
 	defer f.Stop()
 	urls := f.URLs()
-	if !s.stocked {
-		if err := putStock(ctx, urls[0], token, s.sku, 100_000_000); err != nil {
-			return run, err
-		}
-		s.stocked = true
-	}
 	per := max(1, o.outbox.connections/len(urls))
 	env2 := func(prefix string) func(i int) []string {
 		return func(i int) []string {
@@ -297,25 +286,10 @@ func outboxOnce(ctx context.Context, o options, s *outboxSide, round int, files 
 	}
 	d := max(time.Second, o.outbox.duration.Truncate(time.Second))
 	name := fmt.Sprintf("round %d: sinks %s", round, s.name())
-	procs := outboxProcs(f, natsPID)
-	before, box0, t0 := groupsCPU(procs), boxCPU(), time.Now()
-	for _, r := range recs {
-		r.open(t0)
-	}
-	if run.wrk, err = runWrk(ctx, name, urls, "/", per, d, env2("m"+tag), []string{"-s", files.orders}); err != nil {
+	if err := run.measure(outboxProcs(f, natsPID), recs, func() (wrkRun, error) {
+		return runWrk(ctx, name, urls, "/", per, d, env2("m"+tag), []string{"-s", files.orders})
+	}); err != nil {
 		return run, err
-	}
-	t1 := time.Now()
-	after, box1, secs := groupsCPU(procs), boxCPU(), t1.Sub(t0).Seconds()
-	run.received = map[string]float64{}
-	for _, r := range recs {
-		run.received[r.sink] = float64(r.shut(t1)) / secs
-	}
-	if box0 > 0 {
-		run.box = (box1 - box0) / secs
-	}
-	for i, g := range procs {
-		run.cpu = append(run.cpu, cpuShare{g.name, (after[i] - before[i]) / secs})
 	}
 	if s.on {
 		run.drain, run.backlog, err = waitDelivered(ctx, s, recs, o.outbox.drain)
@@ -329,6 +303,54 @@ func outboxOnce(ctx context.Context, o options, s *outboxSide, round int, files 
 		}
 	}
 	return run, nil
+}
+
+// startOutboxFleet starts fresh instances of s's side for round, and
+// stocks s's SKU at its first run.
+func startOutboxFleet(ctx context.Context, o options, s *outboxSide, round int, token string) (*fleet.Fleet, error) {
+	env := unlimitedEnv()
+	maps.Copy(env, s.env)
+	f, err := fleet.Start(ctx, fleet.Config{
+		Bin: o.bin, N: o.instances, DSN: s.dsn, RedisAddr: o.redis, AdminToken: token, Strategy: "lock+version",
+		LogDir: filepath.Join(o.out, "logs"), Name: fmt.Sprintf("outbox-%s-%d", s.name(), round), Env: env,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !s.stocked {
+		if err := putStock(ctx, f.URLs()[0], token, s.sku, 100_000_000); err != nil {
+			f.Stop()
+			return nil, err
+		}
+		s.stocked = true
+	}
+	return f, nil
+}
+
+// measure runs wrk, the measured time, and records over it each process
+// group's CPU, the whole box's and each sink's first receipts per second.
+func (run *outboxRun) measure(procs []procGroup, recs []*lagRecorder, wrk func() (wrkRun, error)) error {
+	before, box0, t0 := groupsCPU(procs), boxCPU(), time.Now()
+	for _, r := range recs {
+		r.open(t0)
+	}
+	var err error
+	if run.wrk, err = wrk(); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	after, box1, secs := groupsCPU(procs), boxCPU(), t1.Sub(t0).Seconds()
+	run.received = map[string]float64{}
+	for _, r := range recs {
+		run.received[r.sink] = float64(r.shut(t1)) / secs
+	}
+	if box0 > 0 {
+		run.box = (box1 - box0) / secs
+	}
+	for i, g := range procs {
+		run.cpu = append(run.cpu, cpuShare{g.name, (after[i] - before[i]) / secs})
+	}
+	return nil
 }
 
 // outboxProcs are the process groups whose CPU a run reports: the

@@ -207,96 +207,130 @@ var profileShares = []struct{ name, focus string }{
 
 var showingRE = regexp.MustCompile(`Showing nodes accounting for [^,]+, ([0-9.]+)% of ([^ ]+) total`)
 
+// pprofTool runs `go tool pprof` on profiles the demo wrote.
+type pprofTool struct {
+	ctx    context.Context
+	goTool string
+}
+
+// run returns pprof's output for args on file.
+func (t pprofTool) run(file string, args ...string) (string, error) {
+	cmd := exec.CommandContext(t.ctx, t.goTool, append([]string{"tool", "pprof"}, append(args, file)...)...) //nolint:gosec // G204: the go tool on the profile the demo wrote
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go tool pprof %v: %w: %s", args, err, stderr.String())
+	}
+	return out.String(), nil
+}
+
 // writeProfileDoc writes the profile document: header, the run it was taken
-// in, the shares of profileShares, and pprof's top functions.
+// in, the machine's CPU, the shares of profileShares, the costs per order,
+// pprof's top functions and instance 0's allocation sites. The raw
+// profiles go beside it.
 func writeProfileDoc(ctx context.Context, o options, p *profiler, profile []byte, res *driver.Result, ceiling []driver.RateResult) error {
-	dir := filepath.Dir(o.profile)
-	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: the profile document's directory, for people to read
+	if err := os.MkdirAll(filepath.Dir(o.profile), 0o755); err != nil { //nolint:gosec // G301: the profile document's directory, for people to read
 		return err
 	}
 	pb := strings.TrimSuffix(o.profile, filepath.Ext(o.profile)) + ".pb.gz"
+	apb := strings.TrimSuffix(pb, ".pb.gz") + ".allocs.pb.gz"
 	if err := os.WriteFile(pb, profile, 0o644); err != nil { //nolint:gosec // G306: the raw profile beside its document, for people to read
 		return err
 	}
-	pprofOf := func(file string, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, o.goTool, append([]string{"tool", "pprof"}, append(args, file)...)...) //nolint:gosec // G204: the go tool on the profile the demo wrote
-		var out, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("go tool pprof %v: %w: %s", args, err, stderr.String())
-		}
-		return out.String(), nil
-	}
-	pprof := func(args ...string) (string, error) { return pprofOf(pb, args...) }
+	tool := pprofTool{ctx: ctx, goTool: o.goTool}
 	var b strings.Builder
-	m := res.Machine
-	b.WriteString(report.Header("CPU profile of one instance at the throughput phase's rate", "profile", report.Commit(ctx), time.Now(), m))
-	fmt.Fprintf(&b, "The run: `%s`, %d instances, %d buyers at %d concurrent: %.0f orders/s, p99 %.1f ms, result %s.",
+	if err := writeProfileRun(&b, tool, pb, res, ceiling); err != nil {
+		return err
+	}
+	writeMachineCPU(&b, p.split, res.Machine.Cores)
+	shares, err := writeShares(&b, tool, pb)
+	if err != nil {
+		return err
+	}
+	allocBytes, allocObjects, allocTop := -1.0, -1.0, ""
+	if len(p.allocs) > 0 {
+		if err := os.WriteFile(apb, p.allocs, 0o644); err != nil { //nolint:gosec // G306: the raw profile beside its document, for people to read
+			return err
+		}
+		if allocBytes, allocObjects, err = allocTotals(tool, apb); err != nil {
+			return err
+		}
+		if allocTop, err = tool.run(apb, "-sample_index=alloc_space", "-top", "-nodecount=25"); err != nil {
+			return err
+		}
+	}
+	writePerOrder(&b, p, shares, allocBytes, allocObjects)
+	cum, err := tool.run(pb, "-top", "-cum", "-nodecount=40")
+	if err != nil {
+		return err
+	}
+	flat, err := tool.run(pb, "-top", "-nodecount=25")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "## Top functions by cumulative time\n\n```\n%s```\n\n## Top functions by own time\n\n```\n%s```\n", cum, flat)
+	if allocTop != "" {
+		fmt.Fprintf(&b, "\n## Instance 0's allocations by function, bytes over the window (`%s`)\n\n```\n%s```\n", filepath.Base(apb), allocTop)
+	}
+	return os.WriteFile(o.profile, []byte(b.String()), 0o644) //nolint:gosec // G306: a document of the repo, for people to read
+}
+
+// writeProfileRun writes the document's header, the run the profile at pb
+// was taken in and its samples line.
+func writeProfileRun(b *strings.Builder, tool pprofTool, pb string, res *driver.Result, ceiling []driver.RateResult) error {
+	b.WriteString(report.Header("CPU profile of one instance at the throughput phase's rate", "profile", report.Commit(tool.ctx), time.Now(), res.Machine))
+	fmt.Fprintf(b, "The run: `%s`, %d instances, %d buyers at %d concurrent: %.0f orders/s, p99 %.1f ms, result %s.",
 		res.Label, len(res.Instances), res.Buyers, res.Concurrency, res.OrdersPerSec, res.Latency.P99, res.Verdict())
 	if h := rateOf(ceiling, ceilingHealthz); h > 0 {
-		fmt.Fprintf(&b, " The same build's /healthz ceiling: %.0f/s (orders/s = %.3fx of it).", h, res.OrdersPerSec/h)
+		fmt.Fprintf(b, " The same build's /healthz ceiling: %.0f/s (orders/s = %.3fx of it).", h, res.OrdersPerSec/h)
 	}
-	fmt.Fprintf(&b, "\nThe profile is instance 0's CPU for %d s, %v into the buying phase's start; the raw profile is `%s`.\n\n",
+	fmt.Fprintf(b, "\nThe profile is instance 0's CPU for %d s, %v into the buying phase's start; the raw profile is `%s`.\n\n",
 		profileSeconds, profileDelay, filepath.Base(pb))
-	top, err := pprof("-top", "-nodecount=1")
+	top, err := tool.run(pb, "-top", "-nodecount=1")
 	if err != nil {
 		return err
 	}
 	if mm := showingRE.FindStringSubmatch(top); mm != nil {
-		fmt.Fprintf(&b, "Samples: %s of CPU in %d s (%.0f%% of one core).\n\n", mm[2], profileSeconds, cpuPercent(mm[2]))
+		fmt.Fprintf(b, "Samples: %s of CPU in %d s (%.0f%% of one core).\n\n", mm[2], profileSeconds, cpuPercent(mm[2]))
 	}
-	if len(p.split) > 0 {
-		b.WriteString("## Who uses the machine\n\nCPU over the profile's window, in cores (of " + fmt.Sprint(m.Cores) + "), from /proc.\n\n| processes | cores |\n|---|---|\n")
-		total := 0.0
-		for _, sh := range p.split {
-			fmt.Fprintf(&b, "| %s | %.2f |\n", sh.name, sh.cores)
-			total += sh.cores
-		}
-		fmt.Fprintf(&b, "| all of these | %.2f |\n\n", total)
+	return nil
+}
+
+// writeMachineCPU writes the process groups' CPU over the window (nothing
+// without figures).
+func writeMachineCPU(b *strings.Builder, split []cpuShare, cores int) {
+	if len(split) == 0 {
+		return
 	}
+	b.WriteString("## Who uses the machine\n\nCPU over the profile's window, in cores (of " + fmt.Sprint(cores) + "), from /proc.\n\n| processes | cores |\n|---|---|\n")
+	total := 0.0
+	for _, sh := range split {
+		fmt.Fprintf(b, "| %s | %.2f |\n", sh.name, sh.cores)
+		total += sh.cores
+	}
+	fmt.Fprintf(b, "| all of these | %.2f |\n\n", total)
+}
+
+// writeShares writes each part of profileShares's share of the samples of
+// the profile at pb, and returns them (in %, in profileShares's order).
+func writeShares(b *strings.Builder, tool pprofTool, pb string) ([]float64, error) {
 	b.WriteString("## Where the instance's CPU goes\n\nShare of samples whose stack includes the part (they overlap: a MySQL read is also a syscall).\n\n| part | share of samples |\n|---|---|\n")
 	shares := make([]float64, len(profileShares))
 	for i, sh := range profileShares {
 		// Every node shown: their flat times sum to the focused samples.
-		out, err := pprof("-top", "-nodecount=1000000", "-focus="+sh.focus)
+		out, err := tool.run(pb, "-top", "-nodecount=1000000", "-focus="+sh.focus)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		share := "0%"
 		if mm := showingRE.FindStringSubmatch(out); mm != nil {
 			share = mm[1] + "%"
 			shares[i], _ = strconv.ParseFloat(mm[1], 64)
 		}
-		fmt.Fprintf(&b, "| %s | %s |\n", sh.name, share)
+		fmt.Fprintf(b, "| %s | %s |\n", sh.name, share)
 	}
 	b.WriteString("\n")
-	allocBytes, allocObjects, allocTop := -1.0, -1.0, ""
-	if len(p.allocs) > 0 {
-		apb := strings.TrimSuffix(pb, ".pb.gz") + ".allocs.pb.gz"
-		if err := os.WriteFile(apb, p.allocs, 0o644); err != nil { //nolint:gosec // G306: the raw profile beside its document, for people to read
-			return err
-		}
-		if allocBytes, allocObjects, err = allocTotals(ctx, o.goTool, apb); err != nil {
-			return err
-		}
-		if allocTop, err = pprofOf(apb, "-sample_index=alloc_space", "-top", "-nodecount=25"); err != nil {
-			return err
-		}
-	}
-	writePerOrder(&b, p, shares, allocBytes, allocObjects)
-	cum, err := pprof("-top", "-cum", "-nodecount=40")
-	if err != nil {
-		return err
-	}
-	flat, err := pprof("-top", "-nodecount=25")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(&b, "## Top functions by cumulative time\n\n```\n%s```\n\n## Top functions by own time\n\n```\n%s```\n", cum, flat)
-	if allocTop != "" {
-		fmt.Fprintf(&b, "\n## Instance 0's allocations by function, bytes over the window (`%s`)\n\n```\n%s```\n", filepath.Base(strings.TrimSuffix(pb, ".pb.gz")+".allocs.pb.gz"), allocTop)
-	}
-	return os.WriteFile(o.profile, []byte(b.String()), 0o644) //nolint:gosec // G306: a document of the repo, for people to read
+	return shares, nil
 }
 
 // cpuPercent turns pprof's total ("1.23s", "850ms") into a share of one

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,14 +135,13 @@ func writePerOrder(b *strings.Builder, p *profiler, shares []float64, allocBytes
 
 // allocTotals is the bytes and objects the allocation profile at path
 // counts, as `go tool pprof` totals them.
-func allocTotals(ctx context.Context, goTool, path string) (bytes, objects float64, err error) {
+func allocTotals(tool pprofTool, path string) (bytes, objects float64, err error) {
 	total := func(index string) (float64, error) {
-		cmd := exec.CommandContext(ctx, goTool, "tool", "pprof", "-sample_index="+index, "-unit=B", "-top", "-nodecount=1", path) //nolint:gosec // G204: the go tool on the profile the demo wrote
-		out, err := cmd.Output()
+		out, err := tool.run(path, "-sample_index="+index, "-unit=B", "-top", "-nodecount=1")
 		if err != nil {
-			return 0, fmt.Errorf("go tool pprof -sample_index=%s: %w", index, err)
+			return 0, err
 		}
-		mm := showingRE.FindStringSubmatch(string(out))
+		mm := showingRE.FindStringSubmatch(out)
 		if mm == nil {
 			return 0, nil // no sample: nothing allocated
 		}
